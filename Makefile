@@ -1,0 +1,79 @@
+# focalcal: two commands on a fresh machine.
+#   make book   create .venv, install, run the default experiment sweep, execute every chapter, build HTML
+#   make test   create/reuse .venv, run the full test suite (unit, property, oracle, chapters, smoke sweep, book)
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PROFILE ?= cpu
+RUNS   ?= runs/$(PROFILE)
+
+# The published CIFAR-10 logits: a local copy beside the project wins over the download.
+SHARED_LOGITS := $(abspath ../shared/data/cifar10-resnet50-logits)
+ifneq ($(wildcard $(SHARED_LOGITS)/ce_test.npz),)
+export FOCALCAL_LOGITS_DIR ?= $(SHARED_LOGITS)
+endif
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: help install system-deps test test-fast book sweep bench lab clean
+
+help:
+	@echo "make book    build the book into _build/html (runs the '$(PROFILE)' sweep first)"
+	@echo "make test    run the whole test suite"
+	@echo "make bench   print the speed benchmarks"
+	@echo "make lab     open the chapters in JupyterLab"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# pip (not uv/poetry): torch==2.14.1 and torchvision==0.29.1 come from this machine's disk.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[book,test]'
+	@touch $@
+
+install: $(STAMP) system-deps
+
+# Debian packages the book check and the offline Fashion-MNIST need; installed where the machine allows.
+system-deps:
+	@need=""; \
+	command -v chromium >/dev/null 2>&1 || need="$$need chromium"; \
+	[ -d /usr/share/datasets/fashion-mnist ] || need="$$need dataset-fashion-mnist"; \
+	if [ -n "$$need" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else SUDO=none; fi; \
+	  if [ "$$SUDO" != none ]; then \
+	    echo "installing Debian packages:$$need"; \
+	    $$SUDO apt-get install -y -q $$need >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q $$need >/dev/null; } \
+	      || echo "warning: could not install$$need (the book check needs chromium; Fashion-MNIST falls back to torchvision)"; \
+	  else echo "warning: cannot install$$need without root"; fi; \
+	fi
+
+test: install
+	$(BIN)/python -m pytest
+
+# unit tests only: skips the slow book build and sweeps (for development, not CI)
+test-fast: install
+	$(BIN)/python -m pytest -m "not book and not notebooks"
+
+sweep: install
+	$(BIN)/python -m focalcal.sweep --profile $(PROFILE) --out $(RUNS) --executor local
+
+book: install sweep
+	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . -W -n --keep-going
+	@echo
+	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+lab: install
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/jupyter lab book
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

@@ -1,0 +1,263 @@
+"""Turn a proposition into an assertion.
+
+The theory chapters check every claim of the papers with three steps, in this order:
+
+1. **symbolic**: ``sympy.simplify(lhs - rhs) == 0``, optionally after targeted rewrites
+   (substituting a defining relation, ``expand_log``, ``powsimp`` ...). ``Expr.equals`` is never
+   used as a disproof because it is randomised.
+2. **high-precision numeric**: when SymPy cannot close the identity, both sides are evaluated
+   with mpmath at ``dps`` digits on a seeded grid that covers the whole stated domain, edges
+   included (open edges are approached to within ``1e-12``, infinite ones out to ``1e6``).
+3. otherwise the check **fails** with an ``AssertionError`` that names the claim and the worst
+   point, so a false proposition (or a regression in :mod:`focalcal`) fails the book build.
+
+Each check returns a :class:`Verdict`; a :class:`Ledger` collects a chapter's verdicts into the
+table that the book's summary page shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+VERIFIED_SYMBOLIC = "verified (symbolic)"
+VERIFIED_NUMERIC = "verified (high-precision numeric)"
+VERIFIED_CORRECTED = "verified with a correction"
+REFUTED = "refuted"
+STATUSES = (VERIFIED_SYMBOLIC, VERIFIED_NUMERIC, VERIFIED_CORRECTED, REFUTED)
+
+Domain = Mapping[sp.Symbol, sp.Interval]
+
+
+@dataclass
+class Verdict:
+    """The outcome of checking one claim."""
+
+    claim: str
+    status: str
+    method: str
+    detail: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# step 1: symbolic
+# --------------------------------------------------------------------------------------------
+
+def symbolic_zero(expr: sp.Expr, rewrites: Sequence[Callable[[sp.Expr], sp.Expr]] = ()) -> bool:
+    """True when SymPy proves ``expr == 0``; False means *not proven*, never *disproven*."""
+    expr = sp.sympify(expr)
+    candidates = [expr]
+    for rw in rewrites:
+        candidates.append(rw(candidates[-1]))
+    for c in candidates:
+        for simp in (sp.simplify, lambda e: sp.simplify(sp.expand(sp.together(e))),
+                     lambda e: sp.simplify(sp.powsimp(sp.expand_log(e, force=True), force=True))):
+            try:
+                if simp(c) == 0:
+                    return True
+            except (TypeError, NotImplementedError, RecursionError):  # pragma: no cover - sympy internals
+                continue
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# step 2: high-precision numeric
+# --------------------------------------------------------------------------------------------
+
+_EDGE_OFFSETS = ("1e-12", "1e-6", "1e-3")
+_FAR_POINTS = ("1e1", "1e3", "1e6")
+
+
+def _interval_points(iv: sp.Interval, n: int, rng: np.random.Generator) -> list[mpmath.mpf]:
+    lo, hi = iv.start, iv.end
+    pts: list[mpmath.mpf] = []
+    if lo.is_infinite and hi.is_infinite:
+        pts += [mpmath.mpf(0)] + [s * mpmath.mpf(f) for f in _FAR_POINTS for s in (1, -1)]
+        core = [mpmath.mpf(v) for v in rng.normal(0, 5, n)]
+        return pts + core
+    if hi.is_infinite:
+        a = mpmath.mpf(sp.N(lo, 40))
+        pts += [a + mpmath.mpf(f) for f in _FAR_POINTS]
+        pts += [a] if not iv.left_open else [a + mpmath.mpf(o) for o in _EDGE_OFFSETS]
+        pts += [a + mpmath.mpf(v) for v in rng.exponential(3.0, n)]
+        return pts
+    if lo.is_infinite:
+        b = mpmath.mpf(sp.N(hi, 40))
+        pts += [b - mpmath.mpf(f) for f in _FAR_POINTS]
+        pts += [b] if not iv.right_open else [b - mpmath.mpf(o) for o in _EDGE_OFFSETS]
+        pts += [b - mpmath.mpf(v) for v in rng.exponential(3.0, n)]
+        return pts
+    a, b = mpmath.mpf(sp.N(lo, 40)), mpmath.mpf(sp.N(hi, 40))
+    width = b - a
+    pts += [a] if not iv.left_open else [a + width * mpmath.mpf(o) for o in _EDGE_OFFSETS]
+    pts += [b] if not iv.right_open else [b - width * mpmath.mpf(o) for o in _EDGE_OFFSETS]
+    pts += [a + width * mpmath.mpf(k) / (n + 1) for k in range(1, n + 1)]
+    pts += [a + width * mpmath.mpf(v) for v in rng.uniform(0.0, 1.0, n)]
+    return pts
+
+
+def domain_grid(domain: Domain, n: int = 24, seed: int = 0) -> list[dict[sp.Symbol, mpmath.mpf]]:
+    """Seeded grid over a box domain ``{symbol: sympy.Interval}``, edges included.
+
+    Per symbol: the closed endpoints themselves, points within 1e-12, 1e-6, 1e-3 (relative to the
+    width) of open endpoints, points out to 1e6 on infinite sides, ``n`` equispaced interior
+    points and ``n`` seeded uniform ones. Several symbols give the Cartesian product.
+    """
+    if not domain:
+        raise ValueError("domain must name at least one symbol")
+    rng = np.random.default_rng(seed)
+    axes = []
+    for sym, iv in domain.items():
+        if not isinstance(iv, sp.Interval):
+            raise ValueError(f"domain[{sym}] must be a sympy.Interval, got {iv!r}")
+        axes.append(_interval_points(iv, n, rng))
+    return [dict(zip(domain.keys(), combo)) for combo in itertools.product(*axes)]
+
+
+def _evaluator(expr: sp.Expr, symbols: Sequence[sp.Symbol]) -> Callable[..., mpmath.mpf]:
+    return sp.lambdify(list(symbols), expr, modules="mpmath")
+
+
+def numeric_residuals(expr: sp.Expr, domain: Domain, *, n: int = 24, seed: int = 0,
+                      dps: int = 30) -> list[tuple[dict[sp.Symbol, mpmath.mpf], mpmath.mpf]]:
+    """``expr`` evaluated with mpmath at ``dps`` digits on :func:`domain_grid`."""
+    symbols = list(domain.keys())
+    free = sp.sympify(expr).free_symbols - set(symbols)
+    if free:
+        raise ValueError(f"expr has symbols {sorted(map(str, free))} that the domain does not cover")
+    f = _evaluator(expr, symbols)
+    out = []
+    with mpmath.workdps(dps):
+        for point in domain_grid(domain, n=n, seed=seed):
+            out.append((point, f(*[point[s] for s in symbols])))
+    return out
+
+
+def _scale(v: mpmath.mpf) -> mpmath.mpf:
+    return max(mpmath.mpf(1), abs(v))
+
+
+# --------------------------------------------------------------------------------------------
+# the checks a chapter calls
+# --------------------------------------------------------------------------------------------
+
+def check_identity(claim: str, lhs: sp.Expr, rhs: sp.Expr, domain: Domain, *,
+                   rewrites: Sequence[Callable[[sp.Expr], sp.Expr]] = (), dps: int = 30,
+                   n: int = 24, seed: int = 0, rtol: float | None = None) -> Verdict:
+    """Assert ``lhs == rhs`` on ``domain``: symbolic first, then mpmath at ``dps`` digits.
+
+    The numeric step accepts a relative residual ``|lhs - rhs| / max(1, |lhs|)`` below
+    ``rtol`` (default ``10**(-(dps - 8))``) at every grid point; anything else raises
+    ``AssertionError`` naming the worst point.
+    """
+    diff = sp.sympify(lhs) - sp.sympify(rhs)
+    if symbolic_zero(diff, rewrites):
+        return Verdict(claim, VERIFIED_SYMBOLIC, "sympy.simplify(lhs - rhs) == 0")
+    rtol = 10.0 ** (-(dps - 8)) if rtol is None else rtol
+    symbols = list(domain.keys())
+    f_l, f_r = _evaluator(sp.sympify(lhs), symbols), _evaluator(sp.sympify(rhs), symbols)
+    worst, worst_pt = mpmath.mpf(0), None
+    with mpmath.workdps(dps):
+        grid = domain_grid(domain, n=n, seed=seed)
+        for point in grid:
+            args = [point[s] for s in symbols]
+            vl, vr = f_l(*args), f_r(*args)
+            err = abs(vl - vr) / _scale(vl)
+            if not mpmath.isfinite(err) or err > worst:
+                worst, worst_pt = err, point
+                if not mpmath.isfinite(err):
+                    break
+    if not (mpmath.isfinite(worst) and worst <= rtol):
+        pt = {str(k): mpmath.nstr(v, 8) for k, v in (worst_pt or {}).items()}
+        raise AssertionError(f"claim failed: {claim}: |lhs - rhs| = {mpmath.nstr(worst, 5)} at {pt}")
+    return Verdict(claim, VERIFIED_NUMERIC,
+                   f"mpmath at {dps} digits on {len(grid)} grid points, max rel. residual "
+                   f"{mpmath.nstr(worst, 3)}")
+
+
+def check_inequality(claim: str, smaller: sp.Expr, larger: sp.Expr, domain: Domain, *,
+                     strict: bool = False, dps: int = 30, n: int = 24, seed: int = 0,
+                     atol: float = 0.0) -> Verdict:
+    """Assert ``smaller <= larger`` (``<`` if ``strict``) everywhere on ``domain``.
+
+    Symbolic when SymPy can decide the sign of ``larger - smaller`` under the domain's
+    assumptions (rarely), otherwise mpmath at ``dps`` digits on :func:`domain_grid`.
+    """
+    gap = sp.sympify(larger) - sp.sympify(smaller)
+    residuals = numeric_residuals(gap, domain, n=n, seed=seed, dps=dps)
+    bad = [(p, v) for p, v in residuals
+           if not mpmath.isfinite(v) or (v <= atol if strict else v < -atol)]
+    if bad:
+        p, v = min(bad, key=lambda pv: pv[1] if mpmath.isfinite(pv[1]) else mpmath.mpf("-inf"))
+        pt = {str(k): mpmath.nstr(x, 8) for k, x in p.items()}
+        raise AssertionError(f"claim failed: {claim}: larger - smaller = {mpmath.nstr(v, 5)} at {pt}")
+    smallest = min(v for _, v in residuals)
+    return Verdict(claim, VERIFIED_NUMERIC,
+                   f"mpmath at {dps} digits on {len(residuals)} grid points, min gap "
+                   f"{mpmath.nstr(smallest, 3)}")
+
+
+def check_close(claim: str, value: float, expected: float, *, rtol: float = 1e-6,
+                atol: float = 0.0, method: str = "computed value") -> Verdict:
+    """Assert a computed number matches a stated one (``|v - e| <= atol + rtol |e|``)."""
+    v, e = float(value), float(expected)
+    if not abs(v - e) <= atol + rtol * abs(e):
+        raise AssertionError(f"claim failed: {claim}: computed {v!r}, expected {e!r} "
+                             f"(rtol={rtol:g}, atol={atol:g})")
+    return Verdict(claim, VERIFIED_NUMERIC, f"{method}: {v:.6g} vs stated {e:.6g}")
+
+
+def check_true(claim: str, condition: bool, *, method: str, detail: str = "",
+               status: str = VERIFIED_NUMERIC) -> Verdict:
+    """Assert a boolean outcome computed by the chapter (e.g. a counterexample exists)."""
+    if not bool(condition):
+        raise AssertionError(f"claim failed: {claim}: {method}" + (f" ({detail})" if detail else ""))
+    return Verdict(claim, status, method, detail)
+
+
+# --------------------------------------------------------------------------------------------
+# a chapter's ledger
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Ledger:
+    """The verdicts of one chapter, shown as a table and glued into the summary page.
+
+    >>> ledger = Ledger("Komisarenko & Kull (2024)")
+    >>> v = ledger.add(check_true("1 + 1 = 2", 1 + 1 == 2, method="arithmetic"))
+    >>> ledger.table()[["source", "claim", "status"]].shape
+    (1, 3)
+    """
+
+    source: str
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def add(self, verdict: Verdict, *, status: str | None = None, detail: str | None = None) -> Verdict:
+        """Record ``verdict``; ``status``/``detail`` override it (e.g. ``VERIFIED_CORRECTED``)."""
+        if status is not None:
+            verdict = Verdict(verdict.claim, status, verdict.method, verdict.detail, verdict.source)
+        if detail is not None:
+            verdict.detail = detail
+        verdict.source = self.source
+        self.verdicts.append(verdict)
+        return verdict
+
+    def extend(self, verdicts: Iterable[Verdict]) -> None:
+        for v in verdicts:
+            self.add(v)
+
+    def table(self):
+        import pandas as pd
+
+        rows = [asdict(v) for v in self.verdicts]
+        return pd.DataFrame(rows, columns=["source", "claim", "status", "method", "detail"])

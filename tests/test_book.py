@@ -1,0 +1,125 @@
+"""Build the book as CI would and read it as a reader would.
+
+One session-scoped build executes every chapter (a failing cell fails the build, since the config
+sets ``nb_execution_raise_on_error``); then every page of the table of contents is opened in
+headless Chromium after its scripts ran: typeset math present, no raw TeX delimiters left, every
+image present and non-empty.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "_build" / "test"
+HTML = OUT / "_build" / "html"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--virtual-time-budget=20000", "--dump-dom"]
+
+
+def toc_pages() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                pages.append(e["file"])
+            walk(e.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return pages
+
+
+PAGES = toc_pages()
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        pytest.fail("headless Chromium is needed to check the built book; `make test` installs "
+                    "Debian's chromium where the machine allows (apt-get install chromium)")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def built_book(smoke_runs) -> Path:
+    """Build the whole book once, into _build/test, with the smoke sweep's results."""
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    # the test build keeps its own execution cache so it never mixes with `make book`'s
+    cfg["execute"]["cache"] = str(OUT / ".jupyter_cache")
+    OUT.mkdir(parents=True, exist_ok=True)
+    cfg_path = OUT / "_config.yml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, FOCALCAL_RUNS=str(smoke_runs), MPLBACKEND="Agg")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(OUT), "--config",
+                           str(cfg_path), "-W", "-n", "--keep-going", "--all"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        reports = "\n".join(p.read_text()[-4000:] for p in sorted((HTML / "reports").glob("**/*.log"))) \
+            if (HTML / "reports").exists() else ""
+        pytest.fail(f"jupyter-book build failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}\n{reports}")
+    return HTML
+
+
+@pytest.fixture(scope="session")
+def rendered(built_book) -> dict[str, str]:
+    """Each page's DOM after its scripts (MathJax) ran, from headless Chromium."""
+    exe = chromium()
+
+    def dump(page: str) -> tuple[str, str]:
+        html = built_book / f"{page}.html"
+        proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={OUT / 'chromium' / page}",
+                               html.as_uri()], capture_output=True, text=True, timeout=120)
+        return page, proc.stdout
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(dump, PAGES))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_executed_without_error(built_book, page):
+    html = built_book / f"{page}.html"
+    assert html.is_file(), f"{page} was not built"
+    text = html.read_text()
+    assert "Traceback (most recent call last)" not in text, f"{page} shows a traceback"
+    assert "ename" not in BeautifulSoup(text, "html.parser").get_text(), f"{page} shows an error"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_reads_well_in_chromium(built_book, rendered, page):
+    dom = rendered[page]
+    assert "</html>" in dom, f"Chromium did not render {page}"
+    soup = BeautifulSoup(dom, "html.parser")
+    static = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser")
+    n_math = len(static.select(".math"))
+    if n_math:
+        typeset = soup.find_all("mjx-container")
+        assert len(typeset) >= n_math, f"{page}: {len(typeset)} typeset formulas for {n_math} math elements"
+        for el in soup.select(".math"):
+            raw = el.get_text()
+            assert "\\(" not in raw and "\\[" not in raw, f"{page}: raw TeX left in {raw[:80]!r}"
+    for img in soup.find_all("img"):
+        src = img.get("src", "")
+        if src.startswith("data:"):
+            assert len(src) > 100, f"{page}: empty inline image"
+            continue
+        if src.startswith(("http://", "https://")):
+            pytest.fail(f"{page}: image {src} needs the network")
+        path = (built_book / page).parent / src
+        assert path.is_file() and path.stat().st_size > 0, f"{page}: image {src} missing or empty"
