@@ -53,8 +53,10 @@ system-deps:
 	  else echo "warning: cannot install$$need without root"; fi; \
 	fi
 
+# pytest exits 5 when it collected no test: that is a failure here, never a pass
 test: install
-	$(BIN)/python -m pytest
+	@rc=0; $(BIN)/python -m pytest || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # unit tests only: skips the slow book build and sweeps (for development, not CI)
 test-fast: install

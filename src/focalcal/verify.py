@@ -257,7 +257,29 @@ class Ledger:
             self.add(v)
 
     def table(self):
+        """The verdicts as a ``pandas.DataFrame`` (columns source, claim, status, method, detail)."""
         import pandas as pd
 
         rows = [asdict(v) for v in self.verdicts]
         return pd.DataFrame(rows, columns=["source", "claim", "status", "method", "detail"])
+
+    def counts(self) -> dict[str, int]:
+        """Number of claims per status, keyed ``n_claims``, ``n_symbolic``, ``n_numeric``,
+        ``n_corrected``, ``n_refuted``."""
+        keys = dict(zip(STATUSES, ("n_symbolic", "n_numeric", "n_corrected", "n_refuted")))
+        out = {"n_claims": len(self.verdicts), **{k: 0 for k in keys.values()}}
+        for v in self.verdicts:
+            out[keys[v.status]] += 1
+        return out
+
+    def glue(self) -> None:
+        """Glue the table (key ``verdicts``) and the counts for the book's summary page.
+
+        The summary page pastes them with ``{glue:text}`page.md::n_claims``` and
+        ``:doc: page.md``; only call this inside a notebook executed by myst-nb.
+        """
+        from myst_nb import glue
+
+        glue("verdicts", self.table(), display=False)
+        for key, n in self.counts().items():
+            glue(key, n, display=False)

@@ -1,0 +1,411 @@
+"""Run a profile of experiments as papermill notebooks, locally or on SLURM, and collect the results.
+
+::
+
+    python -m focalcal.sweep --profile {smoke,cpu,paper} --out DIR [--executor local|slurm] [--jobs N]
+
+A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`).
+Each run executes two papermill templates from ``notebooks/``:
+
+1. ``train_classifier``: trains the model and saves validation/test logits into the run folder
+   (the trainer checkpoints every epoch, so a killed run resumes where it stopped);
+2. ``posthoc_calibration``: fits the post-hoc calibrators on the validation logits and writes one
+   row per calibration method into ``calibration.json``.
+
+Layout of ``DIR``::
+
+    DIR/runs/<run>/spec.json                   what the run is
+    DIR/runs/<run>/train_classifier.ipynb      executed notebooks (kept for inspection)
+    DIR/runs/<run>/posthoc_calibration.ipynb
+    DIR/runs/<run>/result.json                 written last, atomically: the run is complete
+    DIR/results.csv                            one row per run x calibration method
+
+Resuming: a run whose ``result.json`` exists is skipped, so after a crash or SIGKILL the same
+command finishes the remaining runs without repeating a finished one; every file is written
+atomically, so nothing half-written is ever taken for a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .io import atomic_write_json, atomic_write_text
+
+TEMPLATES = ("train_classifier", "posthoc_calibration")
+RESULT = "result.json"
+
+
+def templates_dir() -> Path:
+    """``notebooks/`` of the source checkout (``$FOCALCAL_NOTEBOOKS`` overrides)."""
+    env = os.environ.get("FOCALCAL_NOTEBOOKS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "notebooks"
+
+
+# --------------------------------------------------------------------------------------------
+# runs and profiles
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Loss:
+    """A training loss as the sweep names it: a ``focalcal.losses.make_loss`` key plus parameters."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+    label: str | None = None
+
+    @property
+    def display(self) -> str:
+        if self.label:
+            return self.label
+        if not self.params:
+            return self.name
+        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+
+
+def loss(name: str, label: str | None = None, **params: Any) -> Loss:
+    return Loss(name, tuple(sorted(params.items())), label)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run plus its post-hoc calibration."""
+
+    dataset: str
+    model: str
+    loss: Loss
+    seed: int
+    train: tuple[tuple[str, Any], ...] = ()
+    posthoc: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        digest = hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in self.loss.display)
+        return f"{self.dataset}-{self.model}-{slug}-s{self.seed}-{digest}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
+                "loss_params": dict(self.loss.params), "loss_label": self.loss.display,
+                "seed": self.seed, "train": dict(self.train), "posthoc": dict(self.posthoc)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        return cls(d["dataset"], d["model"],
+                   Loss(d["loss"], tuple(sorted(d["loss_params"].items())), d.get("loss_label")),
+                   int(d["seed"]), tuple(sorted(d["train"].items())), tuple(sorted(d["posthoc"].items())))
+
+    def train_parameters(self, run_dir: Path) -> dict[str, Any]:
+        # papermill passes parameters as Python literals; the loss parameters travel as JSON
+        return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
+                "loss_params": json.dumps(dict(self.loss.params)), "seed": self.seed,
+                "out_dir": str(run_dir), **dict(self.train)}
+
+    def posthoc_parameters(self, run_dir: Path) -> dict[str, Any]:
+        return {"run_dir": str(run_dir), **dict(self.posthoc)}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A Cartesian product: every dataset x model x loss x seed, with shared settings."""
+
+    datasets: Sequence[str]
+    models: Sequence[str]
+    losses: Sequence[Loss]
+    seeds: Sequence[int]
+    train: dict[str, Any] = field(default_factory=dict)
+    posthoc: dict[str, Any] = field(default_factory=dict)
+
+    def expand(self) -> list[RunSpec]:
+        return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())))
+                for d, m, lo, s in itertools.product(self.datasets, self.models, self.losses, self.seeds)]
+
+
+@dataclass(frozen=True)
+class Profile:
+    description: str
+    blocks: Sequence[Block]
+
+    def expand(self) -> list[RunSpec]:
+        runs = [r for b in self.blocks for r in b.expand()]
+        ids = [r.run_id for r in runs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("profile expands to duplicate runs")
+        return runs
+
+
+# The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
+TABLE1_LOSSES = (
+    loss("ce", label="cross-entropy"),
+    loss("focal", gamma=1.0, label="focal (gamma=1)"),
+    loss("focal", gamma=3.0, label="focal (gamma=3)"),
+    loss("focal", gamma=5.0, label="focal (gamma=5)"),
+    loss("flsd53", label="FLSD-53"),
+    loss("dual_focal", label="dual focal"),
+)
+
+# Every loss of focalcal.losses once, for the smoke profile.
+ALL_LOSSES = TABLE1_LOSSES[:2] + (
+    loss("flsd532", label="FLSD-532"),
+    loss("flsc531", label="FLSc-531"),
+    loss("dual_focal_released", label="dual focal (released)"),
+    loss("inverse_focal", gamma=1.0, label="inverse focal"),
+    loss("adafocal", label="AdaFocal"),
+    loss("brier", label="Brier"),
+    loss("label_smoothing", label="label smoothing"),
+    loss("mmce", label="MMCE"),
+    loss("kde_xe", label="KDE-XE"),
+    loss("aurc", label="AURC"),
+    loss("selective_risk", label="selective-risk"),
+    loss("hessian_trace", label="Hessian trace"),
+) + TABLE1_LOSSES[4:]
+
+SMOKE_TRAIN = {"epochs": 1, "train_subset": 256, "eval_subset": 256, "batch_size": 64,
+               "optimizer": "adam", "lr": 1e-3, "device": "auto"}
+
+PROFILES: dict[str, Profile] = {
+    "smoke": Profile(
+        "every template and every loss on tiny data, for `make test` (< 3 minutes on 2 cores)",
+        [Block(["gaussian_mixture"], ["mlp"], ALL_LOSSES, [0], train=SMOKE_TRAIN,
+               posthoc={"fts_temperatures": 50}),
+         Block(["fashion_mnist"], ["small_cnn"], TABLE1_LOSSES[:1], [0], train=SMOKE_TRAIN,
+               posthoc={"fts_temperatures": 50})]),
+    "cpu": Profile(
+        "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
+        [Block(["fashion_mnist"], ["small_cnn"], TABLE1_LOSSES, [0, 1, 2],
+               train={"epochs": 12, "train_subset": 12000, "eval_subset": 0, "batch_size": 128,
+                      "optimizer": "sgd", "lr": 0.05, "device": "auto"}),
+         Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABLE1_LOSSES, [0, 1, 2],
+               train={"epochs": 30, "train_subset": 0, "eval_subset": 0, "batch_size": 128,
+                      "optimizer": "adam", "lr": 1e-3, "device": "auto"})]),
+    "paper": Profile(
+        "CIFAR-10/100 and Tiny-ImageNet with the papers' models, schedules and 5 seeds (GPU)",
+        [Block(["cifar10", "cifar100"], ["resnet50", "resnet110", "wide_resnet26_10", "densenet121"],
+               TABLE1_LOSSES, [0, 1, 2, 3, 4],
+               train={"epochs": 350, "schedule": "paper", "batch_size": 128, "optimizer": "sgd",
+                      "lr": 0.1, "device": "auto", "train_subset": 0, "eval_subset": 0}),
+         Block(["tiny_imagenet"], ["resnet50"], TABLE1_LOSSES, [0, 1, 2, 3, 4],
+               train={"epochs": 100, "schedule": "paper_tiny_imagenet", "batch_size": 64,
+                      "optimizer": "sgd", "lr": 0.1, "device": "auto", "train_subset": 0,
+                      "eval_subset": 0})]),
+}
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {name!r}")
+    return PROFILES[name]
+
+
+# --------------------------------------------------------------------------------------------
+# executing one run
+# --------------------------------------------------------------------------------------------
+
+def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any]) -> None:
+    import jupytext
+    import nbformat
+    import papermill as pm
+
+    src = templates_dir() / f"{name}.md"
+    if not src.is_file():
+        raise FileNotFoundError(f"papermill template {src} is missing")
+    nb = jupytext.read(src)
+    staged = run_dir / f".{name}.input.ipynb"
+    atomic_write_text(staged, nbformat.writes(nb))
+    partial = run_dir / f".{name}.partial.ipynb"
+    try:
+        pm.execute_notebook(str(staged), str(partial), parameters=parameters, kernel_name="python3",
+                            progress_bar=False, cwd=str(run_dir))
+    finally:
+        staged.unlink(missing_ok=True)
+    os.replace(partial, run_dir / f"{name}.ipynb")
+
+
+def execute_run(spec: dict[str, Any] | RunSpec, out: str | os.PathLike) -> dict[str, Any]:
+    """Execute one run's templates in ``out/runs/<run>/`` and write its ``result.json`` last.
+
+    Returns the result record. A run whose ``result.json`` already exists is not executed again.
+    """
+    spec = spec if isinstance(spec, RunSpec) else RunSpec.from_dict(spec)
+    run_dir = Path(out) / "runs" / spec.run_id
+    result_path = run_dir / RESULT
+    if result_path.is_file():
+        return json.loads(result_path.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / "spec.json", spec.to_dict())
+    t0 = time.perf_counter()
+    _execute_template("train_classifier", run_dir, spec.train_parameters(run_dir))
+    _execute_template("posthoc_calibration", run_dir, spec.posthoc_parameters(run_dir))
+    rows = json.loads((run_dir / "calibration.json").read_text())
+    record = {"run": spec.run_id, "spec": spec.to_dict(), "rows": rows,
+              "seconds": round(time.perf_counter() - t0, 2)}
+    atomic_write_json(result_path, record)
+    return record
+
+
+# --------------------------------------------------------------------------------------------
+# the sweep
+# --------------------------------------------------------------------------------------------
+
+def pending(runs: Iterable[RunSpec], out: Path) -> list[RunSpec]:
+    return [r for r in runs if not (out / "runs" / r.run_id / RESULT).is_file()]
+
+
+def _run_subprocess(spec: RunSpec, out: Path, threads: int) -> tuple[RunSpec, int, str]:
+    # One process per run: a crash, leak or kill stays inside it, and the kernel it starts
+    # inherits the per-run thread budget.
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-m", "focalcal.sweep", "--run-one", json.dumps(spec.to_dict()),
+                           "--out", str(out)], env=env, capture_output=True, text=True)
+    return spec, proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+
+
+def _run_local(todo: list[RunSpec], out: Path, jobs: int, progress: bool) -> list[tuple[RunSpec, str]]:
+    from tqdm.auto import tqdm
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    failures = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool, \
+            tqdm(total=len(todo), desc="runs", unit="run", disable=not progress) as bar:
+        futures = [pool.submit(_run_subprocess, r, out, threads) for r in todo]
+        for fut in as_completed(futures):
+            spec, rc, log = fut.result()
+            if rc != 0:
+                failures.append((spec, log))
+                bar.write(f"FAILED {spec.run_id} (exit {rc}); its notebooks are in {out / 'runs' / spec.run_id}")
+            bar.update(1)
+    return failures
+
+
+def _run_submitit(todo: list[RunSpec], out: Path, progress: bool, cluster: str | None,
+                  slurm: dict[str, Any]) -> list[tuple[RunSpec, str]]:
+    import submitit
+    from tqdm.auto import tqdm
+
+    executor = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
+    params = {"timeout_min": 24 * 60, "slurm_gpus_per_node": 1, "cpus_per_task": 8, **slurm}
+    if executor.cluster != "slurm":  # the local cluster (tests) knows no slurm_* options
+        params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
+    executor.update_parameters(**params)
+    with executor.batch():
+        jobs = [executor.submit(execute_run, r.to_dict(), str(out)) for r in todo]
+    failures = []
+    with tqdm(total=len(jobs), desc="runs", unit="run", disable=not progress) as bar:
+        for spec, job in zip(todo, jobs):
+            try:
+                job.result()
+            except Exception as err:  # noqa: BLE001 - a failed job is reported, the others go on
+                failures.append((spec, str(err)[-3000:]))
+            bar.update(1)
+    return failures
+
+
+def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
+    """Gather every finished run under ``out`` into one tidy table (also saved as results.csv).
+
+    One row per run x calibration method, with the columns ``run``, ``method``, the run's
+    specification (``dataset``, ``model``, ``loss``, ``loss_label``, ``seed``, loss parameters
+    as ``param_<name>``) and the metrics that ``posthoc_calibration`` reported.
+    """
+    import pandas as pd
+
+    out = Path(out)
+    wanted = None if runs is None else {r.run_id for r in runs}
+    rows = []
+    for path in sorted((out / "runs").glob(f"*/{RESULT}")):
+        rec = json.loads(path.read_text())
+        if wanted is not None and rec["run"] not in wanted:
+            continue
+        spec = rec["spec"]
+        base = {"run": rec["run"], "dataset": spec["dataset"], "model": spec["model"],
+                "loss": spec["loss"], "loss_label": spec["loss_label"], "seed": spec["seed"],
+                "epochs": spec["train"].get("epochs"),
+                **{f"param_{k}": v for k, v in spec["loss_params"].items()}}
+        for row in rec["rows"]:
+            rows.append({**base, **row})
+    table = pd.DataFrame(rows)
+    if len(table):
+        front = ["run", "method"]
+        table = table[front + [c for c in table.columns if c not in front]]
+    atomic_write_text(out / "results.csv", table.to_csv(index=False))
+    return table
+
+
+def run_sweep(profile: str, out: str | os.PathLike, *, executor: str = "local", jobs: int = 1,
+              progress: bool = True, submitit_cluster: str | None = None,
+              slurm: dict[str, Any] | None = None):
+    """Execute every pending run of ``profile`` and return the collected results table.
+
+    Raises ``RuntimeError`` listing the failed runs (after the others finished and the table of
+    the finished ones was written).
+    """
+    if executor not in ("local", "slurm"):
+        raise ValueError(f"executor must be 'local' or 'slurm'; got {executor!r}")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer; got {jobs!r}")
+    out = Path(out)
+    runs = get_profile(profile).expand()
+    todo = pending(runs, out)
+    out.mkdir(parents=True, exist_ok=True)
+    if progress:
+        print(f"profile {profile!r}: {len(runs)} runs, {len(runs) - len(todo)} already done, "
+              f"{len(todo)} to run ({executor}, {jobs} at a time) -> {out}", flush=True)
+    if todo and executor == "local":
+        failures = _run_local(todo, out, jobs, progress)
+    elif todo:
+        failures = _run_submitit(todo, out, progress, submitit_cluster, slurm or {})
+    else:
+        failures = []
+    table = collect(out, runs)
+    if failures:
+        msg = "\n".join(f"- {s.run_id}:\n{log}" for s, log in failures)
+        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed:\n{msg}")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m focalcal.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", choices=sorted(PROFILES), help="which table of runs to execute")
+    p.add_argument("--out", required=True, help="results folder (resumed if it exists)")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (local executor)")
+    p.add_argument("--list", action="store_true", help="print the profile's runs and exit")
+    p.add_argument("--slurm-partition", default=None)
+    p.add_argument("--run-one", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.run_one:
+        execute_run(json.loads(args.run_one), args.out)
+        return 0
+    if not args.profile:
+        p.error("--profile is required")
+    if args.list:
+        out = Path(args.out)
+        for r in get_profile(args.profile).expand():
+            done = "done" if (out / "runs" / r.run_id / RESULT).is_file() else "todo"
+            print(f"{done}  {r.run_id}")
+        return 0
+    slurm = {"slurm_partition": args.slurm_partition} if args.slurm_partition else {}
+    try:
+        table = run_sweep(args.profile, args.out, executor=args.executor, jobs=args.jobs, slurm=slurm)
+    except RuntimeError as err:
+        print(err, file=sys.stderr)
+        return 1
+    print(f"{len(table)} result rows -> {Path(args.out) / 'results.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""Grids and fits that the theory chapters use to check a paper's numerical claims.
+
+The chapters compare calibration maps with temperature scaling (TS) in the way Komisarenko &
+Kull (2024) do, but vectorised and with the ranges stated:
+
+- :func:`simplex_grid` and :func:`barycentric_to_cartesian` give the barycentric grids and the
+  ternary-plot coordinates for figures on the probability simplex;
+- :func:`logit_grid` gives the logit vectors whose entries all lie in an interval (softmax is
+  shift-invariant, so the last logit is pinned to 0 and only the spread matters);
+- :func:`minimax_inverse_temperature` finds the TS map closest to a given map in the worst case
+  (the maximum absolute probability difference over a set of logits);
+- :func:`tightest_temperature_bounds` gives the two TS maps that sandwich a binary calibration
+  map on a grid of logits.
+
+Conventions: probabilities are ``(..., K)`` tensors whose last dimension indexes classes; TS with
+temperature ``T`` maps logits ``z`` to ``softmax(z / T)``; results are float64 tensors (or python
+floats for scalars) because these functions serve claim checking, not training.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import minimize_scalar
+
+from ._validation import as_float_tensor, check_finite, check_int, check_nonempty, check_positive
+
+__all__ = [
+    "simplex_grid",
+    "barycentric_to_cartesian",
+    "logit_grid",
+    "minimax_inverse_temperature",
+    "tightest_temperature_bounds",
+]
+
+# Ternary-plot vertices: class 1 bottom-left, class 2 bottom-right, class 3 on top.
+_TRIANGLE = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.5, math.sqrt(3.0) / 2.0]], dtype=torch.float64)
+
+# Above this many grid points the dense construction would need gigabytes; refuse early.
+_MAX_GRID_POINTS = 20_000_000
+
+
+def _integer_lattice(n_steps: int, dims: int) -> np.ndarray:
+    """All non-negative integer vectors of length ``dims`` with sum <= ``n_steps`` (C order)."""
+    if (n_steps + 1) ** dims > _MAX_GRID_POINTS:
+        raise ValueError(f"a grid with {n_steps} steps in {dims + 1} classes has more than "
+                         f"{_MAX_GRID_POINTS} candidate points; use fewer steps")
+    axes = np.meshgrid(*[np.arange(n_steps + 1)] * dims, indexing="ij")
+    pts = np.stack([a.ravel() for a in axes], axis=-1)
+    return pts[pts.sum(-1) <= n_steps]
+
+
+def simplex_grid(n: int, k: int = 3, *, interior: bool = False,
+                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The barycentric grid of the probability simplex with spacing ``1 / n``.
+
+    Parameters
+    ----------
+    n : int
+        Number of steps per edge (>= 1); every coordinate is a multiple of ``1 / n``.
+    k : int
+        Number of classes (>= 2).
+    interior : bool
+        Keep only the points with every coordinate > 0 (where log-losses are finite).
+    dtype : torch.dtype
+        Floating dtype of the result.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(M, k)`` with rows summing to 1; ``M = C(n + k - 1, k - 1)`` points, or
+        ``C(n - 1, k - 1)`` with ``interior=True``. Rows are in lexicographic order of the first
+        ``k - 1`` coordinates.
+    """
+    n = check_int(n, "n", minimum=1)
+    k = check_int(k, "k", minimum=2)
+    if interior and n < k:
+        raise ValueError(f"n must be >= k = {k} for an interior grid, got n = {n}")
+    counts = _integer_lattice(n, k - 1)
+    counts = np.concatenate([counts, n - counts.sum(-1, keepdims=True)], axis=-1)
+    if interior:
+        counts = counts[(counts > 0).all(-1)]
+    return torch.as_tensor(counts, dtype=dtype) / n
+
+
+def barycentric_to_cartesian(probs: Any) -> torch.Tensor:
+    """Ternary-plot coordinates of 3-class probability vectors.
+
+    Parameters
+    ----------
+    probs : array_like, shape (..., 3)
+        Non-negative weights; each row is normalised before mapping, so unnormalised
+        barycentric weights are accepted too.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., 2)
+        ``(x, y)`` in the equilateral triangle with class 1 at (0, 0), class 2 at (1, 0) and
+        class 3 at (1/2, sqrt(3)/2).
+    """
+    t = as_float_tensor(probs, "probs").to(torch.float64)
+    check_nonempty(t, "probs")
+    if t.shape[-1] != 3:
+        raise ValueError(f"probs must have 3 classes in its last dimension, got shape {tuple(t.shape)}")
+    check_finite(t, "probs")
+    if bool((t < 0).any()):
+        raise ValueError("probs must be non-negative barycentric weights")
+    total = t.sum(-1, keepdim=True)
+    if bool((total <= 0).any()):
+        raise ValueError("every row of probs must have a positive sum")
+    return (t / total) @ _TRIANGLE
+
+
+def logit_grid(k: int, spread: float, step: float, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Logit vectors (last entry 0) whose entries differ by at most ``spread``.
+
+    Softmax and temperature scaling only see differences of logits, so the vectors whose entries
+    all lie in an interval of length ``spread`` (e.g. logits in ``(-5, 5)`` for ``spread=10``)
+    are represented, up to a shift, by the vectors with last entry 0 and
+    ``max(z) - min(z) <= spread``.
+
+    Parameters
+    ----------
+    k : int
+        Number of classes (>= 2).
+    spread : float
+        Largest allowed ``max(z) - min(z)`` (> 0).
+    step : float
+        Grid spacing of the first ``k - 1`` entries (> 0); the endpoints ``+-spread`` are included
+        when ``spread / step`` is an integer.
+
+    Returns
+    -------
+    torch.Tensor, shape (M, k)
+    """
+    k = check_int(k, "k", minimum=2)
+    spread = check_positive(spread, "spread")
+    step = check_positive(step, "step")
+    n_half = int(round(spread / step))
+    if abs(n_half * step - spread) > 1e-9 * spread:
+        n_half = int(math.floor(spread / step))
+    if (2 * n_half + 1) ** (k - 1) > _MAX_GRID_POINTS:
+        raise ValueError(f"logit grid with step {step:g} and spread {spread:g} in {k} classes is too "
+                         f"large; use a larger step")
+    axis = np.arange(-n_half, n_half + 1) * step
+    mesh = np.meshgrid(*[axis] * (k - 1), indexing="ij")
+    z = np.stack([m.ravel() for m in mesh] + [np.zeros(mesh[0].size)], axis=-1)
+    keep = (z.max(-1) - z.min(-1)) <= spread * (1 + 1e-12)
+    return torch.as_tensor(z[keep], dtype=dtype)
+
+
+def _max_ts_error(logits: torch.Tensor, target: torch.Tensor, inv_temperatures: torch.Tensor) -> torch.Tensor:
+    """``max |softmax(b z) - target|`` over rows and classes, for each ``b`` (vectorised)."""
+    probs = torch.softmax(inv_temperatures[:, None, None] * logits[None], dim=-1)
+    return (probs - target[None]).abs().amax(dim=(-2, -1))
+
+
+def minimax_inverse_temperature(logits: Any, target: Any, *, bounds: tuple[float, float],
+                                n_scan: int = 64, xatol: float = 1e-9,
+                                chunk: int = 16) -> tuple[float, float]:
+    """The inverse temperature whose TS map is closest to ``target`` in the worst case.
+
+    Solves ``min_b max_{rows, classes} |softmax(b * logits) - target|`` over ``b`` in ``bounds``:
+    a scan of ``n_scan`` equispaced values brackets the best one (the objective is a maximum of
+    many terms and need not be unimodal on the whole interval), then bounded Brent refines it.
+
+    Parameters
+    ----------
+    logits : array_like, shape (N, K)
+        Logit vectors at which the two maps are compared.
+    target : array_like, shape (N, K)
+        The map to approximate, evaluated at ``logits`` (probabilities).
+    bounds : (float, float)
+        Search interval for the inverse temperature ``b = 1 / T`` (0 < lo < hi).
+    n_scan : int
+        Number of scan points (>= 3).
+    xatol : float
+        Absolute tolerance of the refinement in ``b``.
+    chunk : int
+        Scan values evaluated together (memory ~ ``chunk * N * K`` doubles).
+
+    Returns
+    -------
+    (float, float)
+        ``(b_star, max_abs_error)``; ``T = 1 / b_star``.
+    """
+    z = as_float_tensor(logits, "logits").to(torch.float64)
+    tgt = as_float_tensor(target, "target").to(torch.float64)
+    if z.dim() != 2 or z.shape[-1] < 2:
+        raise ValueError(f"logits must have shape (N, K) with K >= 2, got {tuple(z.shape)}")
+    if tgt.shape != z.shape:
+        raise ValueError(f"target must have the shape of logits {tuple(z.shape)}, got {tuple(tgt.shape)}")
+    check_nonempty(z, "logits")
+    check_finite(z, "logits")
+    check_finite(tgt, "target")
+    try:
+        lo, hi = (float(b) for b in bounds)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"bounds must be a pair of numbers (lo, hi), got {bounds!r}") from err
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
+        raise ValueError(f"bounds must satisfy 0 < lo < hi, got {bounds!r}")
+    n_scan = check_int(n_scan, "n_scan", minimum=3)
+    check_positive(xatol, "xatol")
+    chunk = check_int(chunk, "chunk", minimum=1)
+
+    scan = torch.linspace(lo, hi, n_scan, dtype=torch.float64)
+    errs = torch.cat([_max_ts_error(z, tgt, scan[i:i + chunk]) for i in range(0, n_scan, chunk)])
+    i = int(torch.argmin(errs))
+    a, b = float(scan[max(i - 1, 0)]), float(scan[min(i + 1, n_scan - 1)])
+
+    def objective(beta: float) -> float:
+        return float(_max_ts_error(z, tgt, torch.tensor([beta], dtype=torch.float64))[0])
+
+    res = minimize_scalar(objective, bounds=(a, b), method="bounded", options={"xatol": xatol})
+    best_b, best_e = (float(res.x), float(res.fun)) if res.fun <= float(errs[i]) else (float(scan[i]), float(errs[i]))
+    return best_b, best_e
+
+
+def tightest_temperature_bounds(logits: Any, mapped_logits: Any) -> tuple[float, float]:
+    """The two TS maps that sandwich a binary calibration map on a grid of logits.
+
+    For a map ``s -> m(s)`` on log-odds with ``m(s) / s > 0`` for ``s != 0``, temperature
+    scaling ``s -> s / T`` satisfies ``s / T_soft <= m(s) <= s / T_sharp`` for every ``s > 0`` of
+    the grid (and the reverse for ``s < 0``) exactly when ``1 / T_soft <= min m(s)/s`` and
+    ``1 / T_sharp >= max m(s)/s``. Since the sigmoid is increasing, the same ordering holds for
+    the probabilities.
+
+    Parameters
+    ----------
+    logits : array_like, shape (N,)
+        Log-odds ``s`` of the grid (zeros are ignored: every TS map passes through (0, 1/2)).
+    mapped_logits : array_like, shape (N,)
+        Log-odds of the calibrated probabilities at ``logits``.
+
+    Returns
+    -------
+    (float, float)
+        ``(T_sharp, T_soft)``: the largest temperature whose TS map lies above the map for
+        ``s > 0`` and the smallest one whose TS map lies below it (``T_sharp <= T_soft``).
+    """
+    s = as_float_tensor(logits, "logits").to(torch.float64)
+    m = as_float_tensor(mapped_logits, "mapped_logits").to(torch.float64)
+    check_nonempty(s, "logits")
+    if m.shape != s.shape:
+        raise ValueError(f"mapped_logits must have the shape of logits {tuple(s.shape)}, got {tuple(m.shape)}")
+    check_finite(s, "logits")
+    check_finite(m, "mapped_logits")
+    nz = s != 0
+    if not bool(nz.any()):
+        raise ValueError("logits must contain at least one non-zero value")
+    ratio = m[nz] / s[nz]
+    if bool((ratio <= 0).any()):
+        raise ValueError("mapped_logits must have the sign of logits (m(s) / s > 0); "
+                         "no temperature-scaling map can bound a map that crosses 1/2 elsewhere")
+    return 1.0 / float(ratio.max()), 1.0 / float(ratio.min())
