@@ -145,6 +145,15 @@ def test_synthetic_splits_deterministic_and_independent():
     assert len(t[0]) == 3 and t[0][2].shape == (10,)
 
 
+def test_posterior_feeds_kl_to_posterior():
+    from focalcal.metrics import kl_to_posterior
+    ds = get_dataset("charoenphakdee_1d", split="test", n=2000, dtype=torch.float64)
+    bayes = ds.task.bayes_logits(ds.x)
+    assert kl_to_posterior(ds.posterior, logits=bayes) == pytest.approx(0.0, abs=1e-12)
+    # a tempered (under-confident) predictor is strictly worse
+    assert kl_to_posterior(ds.posterior, logits=bayes / 2) > 1e-3
+
+
 def test_gaussian_mixture_task_is_seeded():
     a, b = gaussian_mixture_task(seed=4), gaussian_mixture_task(seed=4)
     assert torch.equal(a.means, b.means)

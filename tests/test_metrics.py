@@ -508,6 +508,9 @@ def test_plot_reliability_draws_bins(real):
     assert "0.0562" in ax.get_title()
     assert ax.get_xlim() == (0, 1) and axh.get_xlabel() and ax.get_ylabel()
     matplotlib.pyplot.close(fig)
+    fig, (ax, axh) = M.plot_reliability(labels, logits=logits, binning="mass", method="focal")
+    assert len(ax.patches) == 2 * 15 and ax.get_xlim() == (0, 15) and "AdaECE = 0.0559" in ax.get_title()
+    matplotlib.pyplot.close(fig)
 
 
 # --------------------------------------------------------------------------------------------

@@ -198,3 +198,65 @@ def test_bounds_reject_bad_input():
         theory.tightest_temperature_bounds(s, s[:3])
     with pytest.raises(ValueError, match="NaN"):
         theory.tightest_temperature_bounds(s, s * float("nan"))
+
+
+# ------------------------------------------------------------------------------------------
+# reference_focal_map
+# ------------------------------------------------------------------------------------------
+
+def test_reference_map_identity_binary_closed_form_and_direct_derivative():
+    import mpmath
+    from fractions import Fraction
+
+    out = theory.reference_focal_map(["0.2", "0.3", "0.5"], 0.0)
+    assert [float(v) for v in out] == pytest.approx([0.2, 0.3, 0.5], rel=1e-25)
+    # binary: K&K Prop. 2 closed form, typed independently
+    with mpmath.workdps(40):
+        qv, g = mpmath.mpf("0.7"), mpmath.mpf(2)
+        closed = 1 / (1 + ((1 - qv) / qv) ** g * ((1 - qv) - g * qv * mpmath.log(qv))
+                      / (qv - g * (1 - qv) * mpmath.log(1 - qv)))
+    out = theory.reference_focal_map([Fraction(3, 10), Fraction(7, 10)], 2.0, dps=35)
+    assert abs(out[1] - closed) < mpmath.mpf(10) ** -33
+    # K = 3: weights 1 / l'(q) with l' from mpmath's numerical derivative
+    q = ["0.1", "0.25", "0.65"]
+    with mpmath.workdps(30):
+        w = [1 / mpmath.diff(lambda x: -(1 - x) ** 1.5 * mpmath.log(x), mpmath.mpf(v)) for v in q]
+        expected = [x / mpmath.fsum(w) for x in w]
+    got = theory.reference_focal_map(q, 1.5)
+    assert all(abs(a - b) < 1e-20 for a, b in zip(got, expected))
+
+
+def test_reference_map_rejects_bad_input():
+    with pytest.raises(ValueError, match="sum to 1"):
+        theory.reference_focal_map([0.2, 0.2], 1.0)
+    with pytest.raises(ValueError, match="open interval"):
+        theory.reference_focal_map([0.0, 1.0], 1.0)
+    with pytest.raises(ValueError, match="gamma"):
+        theory.reference_focal_map([0.5, 0.5], -2.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        theory.reference_focal_map([1.0], 1.0)
+
+
+# ------------------------------------------------------------------------------------------
+# refute_at
+# ------------------------------------------------------------------------------------------
+
+def test_refute_at_accepts_real_counterexamples_and_rejects_fake_ones():
+    import sympy as sp
+
+    from focalcal import verify
+
+    x = sp.symbols("x", positive=True)
+    v = theory.refute_at("log(1 + x) = x", sp.log(1 + x), x, {x: "0.5"})
+    assert v.status == verify.REFUTED and "x = 0.5" in v.detail
+    v = theory.refute_at("x^2 <= x", x**2, x, {x: 2}, relation="<=")
+    assert v.status == verify.REFUTED
+    with pytest.raises(AssertionError, match="not a counterexample"):
+        theory.refute_at("log x <= x - 1", sp.log(x), x - 1, {x: 3}, relation="<=")
+    with pytest.raises(AssertionError, match="not a counterexample"):
+        # equal to 40 digits: not a refutation of the identity
+        theory.refute_at("sin^2 + cos^2 = 1", sp.sin(x) ** 2 + sp.cos(x) ** 2, 1, {x: "0.3"})
+    with pytest.raises(ValueError, match="relation"):
+        theory.refute_at("c", x, x, {x: 1}, relation="~")
+    with pytest.raises(ValueError, match="values for"):
+        theory.refute_at("c", x + sp.Symbol("y"), x, {x: 1})

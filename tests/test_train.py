@@ -411,6 +411,22 @@ def test_bad_arguments(kw, match):
         train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, **args)
 
 
+def test_clip_grad_norm_bounds_the_step():
+    ld = make_loaders("gaussian_mixture", 192, seed=0, **DATA)  # a single step
+    net = make_model("mlp", 3, 2, seed=0)
+    before = torch.cat([p.detach().flatten().clone() for p in net.parameters()])
+
+    def huge(logits, target):
+        return 1e3 * nn.functional.cross_entropy(logits, target)
+
+    train(net, huge, ld.train, epochs=1, optimizer="sgd", lr=1.0, momentum=0.0, weight_decay=0.0,
+          clip_grad_norm=1e-3, progress=False)
+    after = torch.cat([p.detach().flatten() for p in net.parameters()])
+    assert (after - before).norm().item() == pytest.approx(1e-3, rel=1e-4)
+    with pytest.raises(ValueError, match="clip_grad_norm"):
+        train(net, huge, ld.train, epochs=1, clip_grad_norm=0.0, progress=False)
+
+
 def test_diverging_loss_raises():
     ld = _loaders()
 

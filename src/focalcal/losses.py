@@ -157,11 +157,12 @@ def _check_ignore_index(ignore_index: Any) -> int:
 class _Batch:
     """Logits flattened to (M, K) and targets to (M,), with what is needed to undo it."""
 
-    __slots__ = ("x", "t", "valid", "out_shape", "logits")
+    __slots__ = ("x", "t", "valid", "n_valid", "out_shape", "logits")
 
-    def __init__(self, x: Tensor, t: Tensor, valid: Tensor | None, out_shape: tuple[int, ...],
-                 logits: Tensor) -> None:
-        self.x, self.t, self.valid, self.out_shape, self.logits = x, t, valid, out_shape, logits
+    def __init__(self, x: Tensor, t: Tensor, valid: Tensor | None, n_valid: int,
+                 out_shape: tuple[int, ...], logits: Tensor) -> None:
+        self.x, self.t, self.valid, self.n_valid = x, t, valid, n_valid
+        self.out_shape, self.logits = out_shape, logits
 
     @property
     def n(self) -> int:
@@ -227,11 +228,12 @@ def _prepare(logits: Any, target: Any, ignore_index: int, reduction: str,
         raise ValueError(f"logits is empty (shape {tuple(logits.shape)}); pass at least one sample")
     if x.dtype in _LOW_PRECISION:
         x = x.float()
-    t = t.to(device=x.device, dtype=torch.long)
+    if t.dtype != torch.long or t.device != x.device:
+        t = t.to(device=x.device, dtype=torch.long)
     lo, hi = torch.aminmax(t)
-    lo, hi = int(lo), int(hi)
-    valid = None
-    if lo < 0 or hi >= k:
+    valid, n_valid = None, x.shape[0]
+    # fast path: every target is a class and ignore_index is not (the default -100)
+    if int(lo) < 0 or int(hi) >= k or 0 <= ignore_index < k:
         valid = t != ignore_index
         bad = valid & ((t < 0) | (t >= k))
         if bool(bad.any()):
@@ -242,18 +244,16 @@ def _prepare(logits: Any, target: Any, ignore_index: int, reduction: str,
         if n_valid == 0 and reduction == "mean":
             raise ValueError(f"every target equals ignore_index={ignore_index}; the mean over no "
                              f"samples is undefined (use reduction='sum' or 'none')")
-        if n_valid < min_samples:
-            raise ValueError(f"this loss needs at least {min_samples} non-ignored samples, got "
-                             f"{n_valid}")
         t = torch.where(valid, t, torch.zeros_like(t))
-    elif x.shape[0] < min_samples:
-        raise ValueError(f"this loss needs at least {min_samples} samples in the batch, got "
-                         f"{x.shape[0]}")
-    return _Batch(x, t, valid, out_shape, logits)
+    if n_valid < min_samples:
+        raise ValueError(f"this loss needs at least {min_samples} non-ignored samples in the batch, "
+                         f"got {n_valid}")
+    return _Batch(x, t, valid, n_valid, out_shape, logits)
 
 
 def _check_output(out: Tensor, batch: _Batch) -> Tensor:
-    if not bool(torch.isfinite(out).all()):
+    ok = math.isfinite(float(out.detach())) if out.dim() == 0 else bool(torch.isfinite(out).all())
+    if not ok:
         bad = ~torch.isfinite(batch.logits)
         if bool(bad.any()):
             raise ValueError(f"logits contains {int(bad.sum())} NaN or infinite value(s); all "
@@ -272,8 +272,15 @@ def _reduce(per_sample: Tensor, batch: _Batch, reduction: str) -> Tensor:
     elif batch.valid is None:
         out = per_sample.mean()
     else:
-        out = per_sample.sum() / batch.valid.sum()
+        out = per_sample.sum() / batch.n_valid
     return _check_output(out, batch)
+
+
+def _scale(batch: _Batch, reduction: str) -> float | None:
+    """Factor of the reduced sum (None: no reduction)."""
+    if reduction == "none":
+        return None
+    return 1.0 if reduction == "sum" else 1.0 / batch.n_valid
 
 
 # ============================================================================================
@@ -281,18 +288,20 @@ def _reduce(per_sample: Tensor, batch: _Batch, reduction: str) -> Tensor:
 # ============================================================================================
 
 class _FusedLogProbLoss(torch.autograd.Function):
-    """``loss_i = phi(log p_{i, idx_i})`` with the closed-form backward through the softmax.
+    """``loss = scale * sum_i phi(log p_{i, idx_i})`` (or the (M,) vector if ``scale`` is None).
 
-    ``index`` is an (M, m) index tensor, or a function ``log p -> (index, aux, scratch)`` that picks the
-    columns from the (detached) log-probabilities inside the forward (the dual-focal
-    competitor). ``phi(u, aux)`` maps the gathered log-probabilities ``u`` (M, m) to
-    ``(loss (M,), dloss/du (M, m))`` without autograd.
-    Backward: ``dl_i/dz_ij = sum_a c_ia (1[j = idx_ia] - p_ij)``.
+    ``index`` is an (M, m) index tensor, or a function ``log p -> (index, aux, scratch)`` that
+    picks the columns from the log-probabilities inside the forward (the dual-focal competitor;
+    ``scratch`` is an (M, K) work buffer that the backward reuses for the gradient, which saves
+    one large allocation). ``phi(u, aux)`` maps the gathered log-probabilities ``u`` (M, m) to
+    ``(loss (M,), dloss/du (M, m))`` without autograd; the reduction is done here so that the
+    whole loss is one autograd node. Backward: ``dl_i/dz_ij = sum_a c_ia (1[j = idx_ia] - p_ij)``.
     """
 
     @staticmethod
-    def forward(ctx: Any, logits: Tensor, index: Tensor | Callable[[Tensor], tuple[Tensor, Any]],
-                phi: Callable[[Tensor, Any], tuple[Tensor, Tensor]], valid: Tensor | None) -> Tensor:
+    def forward(ctx: Any, logits: Tensor, index: Tensor | Callable[[Tensor], tuple[Tensor, Any, Tensor | None]],
+                phi: Callable[[Tensor, Any], tuple[Tensor, Tensor]], valid: Tensor | None,
+                scale: float | None) -> Tensor:
         logp = torch.log_softmax(logits, dim=1)
         scratch = None
         if callable(index):
@@ -304,21 +313,27 @@ class _FusedLogProbLoss(torch.autograd.Function):
             loss = torch.where(valid, loss, torch.zeros_like(loss))
             dphi = torch.where(valid.unsqueeze(1), dphi, torch.zeros_like(dphi))
         ctx.save_for_backward(logp, index, dphi)
-        # an (M, K) work buffer of the index search is reused for the gradient: one large
-        # allocation fewer (fresh large buffers cost page faults on the CPU)
-        ctx.scratch = scratch
-        return loss
+        ctx.scratch, ctx.scale = scratch, scale
+        return loss if scale is None else loss.sum() * scale
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, None, None, None]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         logp, index, dphi = ctx.saved_tensors
-        c = dphi * grad_out.unsqueeze(1)
+        c = dphi * grad_out.unsqueeze(1) if ctx.scale is None else dphi * (grad_out * ctx.scale)
         grad = torch.exp(logp) if ctx.scratch is None else torch.exp(logp, out=ctx.scratch)
         ctx.scratch = None
-        grad.mul_(c.sum(1, keepdim=True).neg_())
+        grad.mul_(c.neg() if c.shape[1] == 1 else c.sum(1, keepdim=True).neg_())
         grad.scatter_add_(1, index, c)
-        return grad, None, None, None
+        return grad, None, None, None, None
+
+
+def _fused(batch: _Batch, index: Any, phi: Callable[[Tensor, Any], tuple[Tensor, Tensor]],
+           reduction: str) -> Tensor:
+    out = _FusedLogProbLoss.apply(batch.x, index, phi, batch.valid, _scale(batch, reduction))
+    if reduction == "none":
+        out = out.reshape(batch.out_shape)
+    return _check_output(out, batch)
 
 
 def _column_of_value(hit: Tensor, a: Tensor, v: Tensor) -> Tensor:
@@ -334,50 +349,58 @@ def _column_of_value(hit: Tensor, a: Tensor, v: Tensor) -> Tensor:
     return hit.mul_(cols).amax(1).long()
 
 
-def _safe_ratio(num: Tensor, den: Tensor) -> Tensor:
-    """``num / den`` with 0 where ``den == 0`` (there the ratio is multiplied by ``den**gamma = 0``)."""
-    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
-                       torch.zeros_like(num))
+def _ratio_log_p_over_b(u: Tensor, b: Tensor) -> Tensor:
+    """``log p / b`` with 0 where ``b = 0`` (then ``u = 0`` and the ratio is multiplied by
+    ``b**gamma = 0``); elsewhere it is finite (``-1`` in the limit ``p -> 1`` for ``b = 1 - p``)."""
+    return torch.div(u, b).nan_to_num_(nan=0.0)
 
 
-def _phi_focal(gamma: float | Tensor, inverse: bool | Tensor) -> Callable[[Tensor, Any], tuple[Tensor, Tensor]]:
-    """phi for ``-(1 + s p)^gamma log p`` with ``s = -1`` (focal) or ``s = +1`` (inverse focal)."""
+def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor]
+               ) -> Callable[[Tensor, Any], tuple[Tensor, Tensor]]:
+    """phi for ``-(1 + s p)^gamma log p`` with ``s = -1`` (focal) or ``s = +1`` (inverse focal).
+
+    ``dphi/du = -b^gamma (1 + gamma s p u / b)`` with ``b = 1 + s p``. ``sign`` is ``-1.0``,
+    ``+1.0`` or, per sample, ``(s, is_inverse)`` tensors.
+    """
 
     def phi(u2: Tensor, aux: Any = None) -> tuple[Tensor, Tensor]:
         u = u2.squeeze(1)
         p = torch.exp(u)
-        g = gamma.to(u.dtype) if isinstance(gamma, Tensor) else gamma
-        if isinstance(inverse, Tensor):
-            s = torch.where(inverse, 1.0, -1.0).to(u.dtype)
-            b = torch.where(inverse, 1.0 + p, -torch.expm1(u))
-        elif inverse:
-            s, b = 1.0, 1.0 + p
+        if isinstance(sign, tuple):
+            s, inv = sign
+            b = torch.where(inv, p + 1.0, torch.expm1(u).neg_())
+        elif sign > 0:
+            s, b = 1.0, p + 1.0
         else:
-            s, b = -1.0, -torch.expm1(u)
-        bg = torch.pow(b, g)
-        loss = -bg * u
-        dphi = -bg * (1.0 + (g * s) * p * _safe_ratio(u, b))
-        return loss, dphi.unsqueeze(1)
+            s, b = -1.0, torch.expm1(u).neg_()
+        if isinstance(gamma, Tensor):
+            bg = torch.pow(b, gamma)
+            q = bg * p * (gamma * s)
+            dphi = torch.addcmul(bg, q, _ratio_log_p_over_b(u, b))
+        elif gamma == 0.0:
+            bg, dphi = torch.ones_like(u), torch.ones_like(u)
+        else:
+            bg = b * b if gamma == 2.0 else torch.pow(b, gamma)
+            dphi = torch.addcmul(bg, bg * p, _ratio_log_p_over_b(u, b), value=gamma * s)
+        return (bg * u).neg_(), dphi.neg_().unsqueeze(1)
 
     return phi
 
 
-def _focal_family(batch: _Batch, gamma: float | Tensor | Callable[[Tensor], Any],
-                  inverse: bool | Tensor | Callable[[Tensor], Any], reduction: str) -> Tensor:
-    idx = batch.t.unsqueeze(1)
-    if callable(gamma) or callable(inverse):
-        # per-sample gamma from the detached p_t, decided inside the fused forward
+def _focal_family(batch: _Batch, gamma: float | Callable[[Tensor], Any], inverse: bool,
+                  reduction: str) -> Tensor:
+    """Focal (``inverse=False``) or inverse focal loss; ``gamma`` may be a function of the
+    detached ``log p_t`` returning per-sample ``gamma`` or ``(|gamma|, (s, is_inverse))``."""
+    if callable(gamma):
         def phi(u2: Tensor, aux: Any = None) -> tuple[Tensor, Tensor]:
-            g = gamma(u2.squeeze(1)) if callable(gamma) else gamma
-            inv = inverse(u2.squeeze(1)) if callable(inverse) else inverse
-            if isinstance(g, tuple):  # (magnitude, is_inverse) from a signed table (AdaFocal)
-                g, inv = g
-            return _phi_focal(g, inv)(u2)
+            g = gamma(u2.squeeze(1))
+            if isinstance(g, tuple):
+                return _phi_focal(g[0], g[1])(u2)
+            return _phi_focal(g, 1.0 if inverse else -1.0)(u2)
         fn = phi
     else:
-        fn = _phi_focal(gamma, inverse)
-    per_sample = _FusedLogProbLoss.apply(batch.x, idx, fn, batch.valid)
-    return _reduce(per_sample, batch, reduction)
+        fn = _phi_focal(gamma, 1.0 if inverse else -1.0)
+    return _fused(batch, batch.t.unsqueeze(1), fn, reduction)
 
 
 # ============================================================================================
@@ -495,11 +518,16 @@ def _schedule_gamma_fn(pairs: tuple[tuple[float, float], ...]) -> Callable[[Tens
     log_edges = [math.log(th) for th, _ in pairs[:-1]]
     gammas = [g for _, g in pairs]
 
+    cache: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
+
     def gamma_of(u: Tensor) -> Tensor:
-        g = torch.tensor(gammas, dtype=u.dtype, device=u.device)
+        key = (u.dtype, u.device)
+        if key not in cache:
+            cache[key] = (torch.tensor(gammas, dtype=u.dtype, device=u.device),
+                          torch.tensor(log_edges, dtype=u.dtype, device=u.device))
+        g, edges = cache[key]
         if not log_edges:
             return g.expand_as(u)
-        edges = torch.tensor(log_edges, dtype=u.dtype, device=u.device)
         return g[torch.bucketize(u, edges, right=True)]
 
     return gamma_of
@@ -621,13 +649,13 @@ def _phi_dual(gamma: float) -> Callable[[Tensor, Any], tuple[Tensor, Tensor]]:
         pj = torch.exp(uj)
         if has_j is not None:
             pj = torch.where(has_j, pj, torch.zeros_like(pj))
-        b = -torch.expm1(ut) + pj
+        b = torch.expm1(ut).neg_().add_(pj)
         bg = torch.pow(b, gamma)
-        r = _safe_ratio(ut, b)
-        loss = -bg * ut
-        d_t = -bg * (1.0 - gamma * pt * r)
-        d_j = -gamma * bg * r * pj
-        return loss, torch.stack((d_t, d_j), dim=1)
+        gbr = bg * _ratio_log_p_over_b(ut, b) * gamma
+        # d/du_t = -b^g + g b^g (u_t / b) p_t,  d/du_j = -g b^g (u_t / b) p_j
+        d_t = torch.addcmul(bg.neg(), gbr, pt)
+        d_j = (gbr * pj).neg_()
+        return (bg * ut).neg_(), torch.stack((d_t, d_j), dim=1)
 
     return phi
 
@@ -688,20 +716,24 @@ def dual_focal_loss(logits: Any, target: Any, gamma: float = 5.0, *, variant: st
     reduction = _check_reduction(reduction)
     batch = _prepare(logits, target, _check_ignore_index(ignore_index), reduction)
     pick = _competitor_paper(batch.t) if variant == "paper" else _competitor_released(batch.t)
-    per_sample = _FusedLogProbLoss.apply(batch.x, pick, _phi_dual(gamma), batch.valid)
-    return _reduce(per_sample, batch, reduction)
+    return _fused(batch, pick, _phi_dual(gamma), reduction)
 
 
 # ============================================================================================
 # AdaFocal
 # ============================================================================================
 
-def _adafocal_gamma_fn(bin_edges: Tensor, gammas: Tensor) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
-    def gamma_of(u: Tensor) -> tuple[Tensor, Tensor]:
-        # compare log p_t with log edges (log 0 = -inf is a valid boundary)
-        inner = torch.log(bin_edges[1:-1].to(torch.float64)).to(u.device, u.dtype)
-        g = gammas.to(u.device, u.dtype)[torch.bucketize(u, inner, right=True)]
-        return g.abs(), g < 0
+def _adafocal_gamma_fn(bin_edges: Tensor, gammas: Tensor
+                       ) -> Callable[[Tensor], tuple[Tensor, tuple[Tensor, Tensor]]]:
+    # per-bin tables once per call; per sample only a bucketize and three lookups.
+    # log p_t is compared with log edges (log 0 = -inf is a valid boundary)
+    log_inner = torch.log(bin_edges[1:-1].to(torch.float64))
+
+    def gamma_of(u: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        g = gammas.to(u.device, u.dtype)
+        idx = torch.bucketize(u, log_inner.to(u.device, u.dtype), right=True)
+        inv = g < 0
+        return g.abs()[idx], (torch.where(inv, 1.0, -1.0).to(u.dtype)[idx], inv[idx])
 
     return gamma_of
 
@@ -1104,6 +1136,8 @@ def selective_risk_weights(scores: Tensor, *, coverage: float = 0.9, threshold: 
     nu = check_positive(nu, "nu")
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(f"scores must be a non-empty 1-d tensor, got shape {tuple(scores.shape)}")
+    if not bool(torch.isfinite(scores.detach()).all()):
+        raise ValueError("scores contains NaN or infinite values; all entries must be finite")
     n = scores.shape[0]
     with torch.no_grad():
         sd = scores.detach()
@@ -1154,7 +1188,10 @@ def selective_risk_loss(logits: Any, target: Any, *, csf: str = "msp", coverage:
     x, t = batch.selected()
     logp = torch.log_softmax(x, dim=1)
     ce = -logp.gather(1, t.unsqueeze(1)).squeeze(1)
-    beta = selective_risk_weights(confidence_scores(logp, csf), coverage=coverage, threshold=threshold,
+    g = confidence_scores(logp, csf)
+    if not bool(torch.isfinite(g.detach()).all()):
+        _check_output(g.detach().sum(), batch)  # raises, naming the logits
+    beta = selective_risk_weights(g, coverage=coverage, threshold=threshold,
                                   nu=nu, n_bins=n_bins, conditional=conditional)
     return _reduce(batch.scatter_back(beta * ce), batch, reduction)
 
@@ -1372,9 +1409,12 @@ class AdaFocalLoss(_LossModule):
     of a training sample is :func:`adafocal_loss` with the ``gamma`` of the bin of its ``p_t``.
 
     :meth:`update` (call it after every epoch with the validation logits) splits the validation
-    top-label confidences into ``M`` equal-mass bins (edges interpolated between the sorted
-    confidences as in Mukhoti's AdaECE), computes each bin's gap ``E_b = C_b - A_b`` (mean
-    confidence minus accuracy; 0 for an empty bin) and updates, as in the released code,
+    top-label confidences into ``M`` equal-mass bins (sorted position ``i`` -> bin
+    ``floor(i M / N)``, the convention of :mod:`focalcal.metrics`; the released code interpolates
+    edges with Mukhoti's ``histedges_equalN``, whose groups differ by one sample and whose
+    ``(lo, hi]`` bins drop the least confident sample), computes each bin's gap
+    ``E_b = C_b - A_b`` (mean confidence minus accuracy; 0 for an empty bin) and updates, as in
+    the released code,
 
     * ``gamma_b <- gamma_b * exp(lamda * E_b)`` if ``gamma_b > 0`` (focal: more focusing when
       over-confident), ``gamma_b * exp(-lamda * E_b)`` if ``gamma_b < 0`` (inverse focal);
@@ -1422,21 +1462,24 @@ class AdaFocalLoss(_LossModule):
         Tensor, shape (M,), float64
             The calibration gaps ``C_b - A_b`` that drove the update.
         """
-        batch = _prepare(val_logits, val_labels, self.ignore_index, "mean")
+        batch = _prepare(val_logits, val_labels, self.ignore_index, "mean", min_samples=1)
         x, t = batch.selected()
-        logp = torch.log_softmax(x.to(torch.float64), dim=1)
+        logp = torch.log_softmax(x.detach().to(torch.float64), dim=1)
         top, pred = logp.max(1)
-        conf = torch.exp(top).cpu()
-        acc = (pred == t).to(torch.float64).cpu()
+        conf, order = torch.sort(torch.exp(top).cpu())
+        acc = (pred == t).to(torch.float64).cpu()[order]
         m, n = self.n_bins, conf.numel()
-        srt = np.sort(conf.numpy())
-        edges = torch.from_numpy(np.interp(np.linspace(0, n, m + 1), np.arange(n), srt))
-        # bins (lo, hi] with the first one closed, so every validation sample is counted once
-        b = torch.bucketize(conf, edges[1:-1], right=False)
+        # equal mass: the sample at sorted position i goes into bin floor(i M / N)
+        b = torch.arange(n) * m // n
         cnt = torch.bincount(b, minlength=m).to(torch.float64)
         c_sum = torch.bincount(b, weights=conf, minlength=m)
         a_sum = torch.bincount(b, weights=acc, minlength=m)
         gap = torch.where(cnt > 0, (c_sum - a_sum) / cnt.clamp_min(1.0), torch.zeros_like(cnt))
+        # edge b = the smallest confidence of bin b (1 past an empty tail), so that the lookup of
+        # training samples, edges[b] <= p_t < edges[b+1], uses the same boundaries
+        first = (torch.arange(1, m) * n + m - 1) // m
+        inner = torch.where(first < n, conf[first.clamp_max(n - 1)], torch.ones(m - 1, dtype=conf.dtype))
+        edges = torch.cat([torch.zeros(1, dtype=conf.dtype), inner, torch.ones(1, dtype=conf.dtype)])
         g = self.gammas.cpu()
         nxt = torch.where(g > 0, g * torch.exp(self.lamda * gap), g * torch.exp(-self.lamda * gap))
         small = nxt.abs() < self.switch_pt

@@ -91,6 +91,7 @@ __all__ = [
     "binary_focal_logit",
     "inverse_focal_map",
     "binary_inverse_focal_map",
+    "binary_inverse_focal_logit",
     "gradient_factor",
     "gamma_star",
     "lambertw",
@@ -159,8 +160,13 @@ def _is_python_scalar(x: Any) -> bool:
 
 def _softplus(x: torch.Tensor) -> torch.Tensor:
     # torch's softplus switches to the identity above a threshold, which is off by exp(-20) ~ 2e-9:
-    # too coarse for the float64 accuracy promised here.
-    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+    # too coarse for the float64 accuracy promised here. Each branch gets an argument on which it
+    # is finite (no NaN gradient leaks through where), and x = 0 takes the branch whose autograd
+    # derivative is right there (relu/abs would give 0 instead of 1/2).
+    pos = x > 0
+    xp = torch.where(pos, x, torch.zeros_like(x))
+    xn = torch.where(pos, torch.zeros_like(x), x)
+    return torch.where(pos, xp + torch.log1p(torch.exp(-xp)), torch.log1p(torch.exp(xn)))
 
 
 def _c_of_t(t: torch.Tensor) -> torch.Tensor:
@@ -188,10 +194,10 @@ def _r_parts(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
     for ``s <= 0``: ``r = t (u + log1p(t))``. Every branch is finite for every finite ``s``
     (so ``torch.where`` never routes a NaN gradient).
     """
-    u = s.abs()
+    pos = s > 0
+    u = torch.where(pos, s, -s)  # |s| with the derivative of the branch used at s = 0
     t = torch.exp(-u)
     c = _c_of_t(t)
-    pos = s > 0
     r_pos = 1 - t * c
     r_neg = t * (u + torch.log1p(t))
     r = torch.where(pos, r_pos, r_neg)
@@ -221,11 +227,10 @@ def _log1p_gamma_r(s: torch.Tensor, g: Any, gv: float,
 
 def _ell(s: torch.Tensor, g: Any, gv: float) -> torch.Tensor:
     r"""``log h^gamma(sigmoid(s))`` for finite ``s`` (Charoenphakdee Eq. (13) in log-odds)."""
-    common = torch.log1p(torch.exp(-s.abs()))
-    sp_neg = (-s).clamp(min=0) + common  # softplus(-s) = -log q
+    sp_neg = _softplus(-s)  # -log q
     if _is_const(g, 0.0):
         return -sp_neg
-    sp_pos = s.clamp(min=0) + common  # softplus(s) = -log(1 - q)
+    sp_pos = _softplus(s)  # -log(1 - q)
     return -sp_neg + _g_like(g, s) * sp_pos - _log1p_gamma_r(s, g, gv)
 
 
@@ -340,8 +345,7 @@ def focal_loss_term(q: Any, gamma: GammaLike) -> torch.Tensor:
     u, tt, c, r, _ = _r_parts(s0)
     # log(-log q) = log softplus(-s): for s > 0, softplus(-s) = t * r(s) with r = log1p(t)/t
     log_neg_log_q = torch.where(s0 > 0, -u + torch.log(r), torch.log(u + torch.log1p(tt)))
-    sp_pos = s0.clamp(min=0) + torch.log1p(tt)
-    out = torch.exp(-_g_like(g, s0) * sp_pos + log_neg_log_q)
+    out = torch.exp(-_g_like(g, s0) * _softplus(s0) + log_neg_log_q)
     out = torch.where(s == -math.inf, torch.full_like(out, math.inf), out)
     at_one = 1.0 if gv == -1 else 0.0
     out = torch.where(s == math.inf, torch.full_like(out, at_one), out)
@@ -382,8 +386,7 @@ def _log_phi_ext(s: torch.Tensor, g: Any, gv: float) -> torch.Tensor:
     if _is_const(g, 0.0):
         val = torch.zeros_like(s0)
     else:
-        sp_pos = s0.clamp(min=0) + torch.log1p(torch.exp(-s0.abs()))
-        val = -_g_like(g, s0) * sp_pos + _log1p_gamma_r(s0, g, gv)
+        val = -_g_like(g, s0) * _softplus(s0) + _log1p_gamma_r(s0, g, gv)
     at_one = -math.inf if gv > 0 else (0.0 if gv == 0 else (math.inf if gv > -1 else -_LOG2))
     val = torch.where(s == -math.inf, torch.zeros_like(val), val)
     return torch.where(s == math.inf, torch.full_like(val, at_one), val)
@@ -671,25 +674,34 @@ def _ell_prime(s: torch.Tensor, gv: float) -> torch.Tensor:
 
 
 def _solve_bracketed(fun, lo: torch.Tensor, hi: torch.Tensor, x0: torch.Tensor,
-                     rtol: float = 4 * 2.0 ** -52, maxiter: int = 300) -> torch.Tensor:
+                     rtol: float = 4 * 2.0 ** -52, maxiter: int = 200) -> torch.Tensor:
     """Vectorised safeguarded Newton (Newton inside the bracket, bisection otherwise).
 
     ``fun(x) -> (f, f')`` with ``f(lo) <= 0 <= f(hi)`` elementwise; the bracket shrinks every step,
-    so it converges for any continuous ``f``.
+    so it converges for any continuous ``f``. An element stops when its step is below ``rtol``
+    (relative), when its bracket is that narrow, or when Newton steps below ``1e4 rtol`` stop
+    halving (the rounding floor of ``f`` has been reached); stopped elements are frozen.
     """
     x = torch.minimum(torch.maximum(x0, lo), hi)
+    active = torch.ones_like(x, dtype=torch.bool)
+    prev = torch.full_like(x, math.inf)
     for _ in range(maxiter):
         f, df = fun(x)
-        lo = torch.where(f <= 0, x, lo)
-        hi = torch.where(f >= 0, x, hi)
+        lo = torch.where(active & (f <= 0), x, lo)
+        hi = torch.where(active & (f >= 0), x, hi)
         newton = x - f / df
-        ok = torch.isfinite(newton) & (newton > lo) & (newton < hi)
+        # inclusive: at the root to rounding, Newton returns x itself, which is a bracket end
+        ok = torch.isfinite(newton) & (newton >= lo) & (newton <= hi)
         xn = torch.where(ok, newton, 0.5 * (lo + hi))
         xn = torch.where(f == 0, x, xn)
+        step = (xn - x).abs()
         scale = 1 + x.abs()
-        done = ((xn - x).abs() <= rtol * scale) | ((hi - lo) <= rtol * scale)
-        x = xn
-        if bool(done.all()):
+        conv = ((step <= rtol * scale) | ((hi - lo) <= rtol * scale)
+                | (ok & (step <= 1e4 * rtol * scale) & (step >= 0.5 * prev)))
+        x = torch.where(active, xn, x)
+        prev = torch.where(active, step, prev)
+        active = active & ~conv
+        if not bool(active.any()):
             break
     return x
 
@@ -819,6 +831,44 @@ def inverse_focal_map(p: Any, gamma: float) -> torch.Tensor:
         return out.reshape(shape).to(t.dtype)
 
 
+def _binary_inverse_logit(y: torch.Tensor, gv: float) -> torch.Tensor:
+    """Solve ``logit FC(s) = y`` for finite float64 ``y`` (safeguarded Newton)."""
+    if gv == -1:
+        lo, hi = y - 2.5, y + 2.5
+    else:
+        bnd = abs(math.log1p(gv)) + 1.0
+        lo, hi = (y - bnd) / (1 + gv), (y + bnd) / (1 + gv)
+
+    def fun(s):
+        return _binary_logit(s, gv, gv) - y, (1 + gv) - _L_prime(s, gv) - _L_prime(-s, gv)
+
+    return _solve_bracketed(fun, lo, hi, 0.5 * (lo + hi))
+
+
+def binary_inverse_focal_logit(t: Any, gamma: float) -> torch.Tensor:
+    r"""Inverse of :func:`binary_focal_logit`: the ``s`` with :math:`\operatorname{logit} FC(s) = t`.
+
+    The log-odds of the binary focal-risk minimiser for a posterior with log-odds ``t``; unlike
+    :func:`binary_inverse_focal_map` it cannot saturate (for ``gamma`` near ``-1`` the minimiser
+    is astronomically confident: ``gamma = -0.999``, ``t = 7.66`` gives ``s ~ 760``).
+
+    Parameters
+    ----------
+    t : tensor-like, any shape, finite
+    gamma : float, ``>= -1``
+
+    Returns
+    -------
+    torch.Tensor, same shape and dtype as ``t`` (solved in float64; not differentiable)
+    """
+    x = _elementwise_real(t, "t")
+    gv = check_gamma(gamma)
+    if gv == 0:
+        return x.clone()
+    with torch.no_grad():
+        return _binary_inverse_logit(x.detach().to(torch.float64), gv).to(x.dtype)
+
+
 def binary_inverse_focal_map(p: Any, gamma: float) -> torch.Tensor:
     r"""Inverse of :func:`binary_focal_map`, elementwise: the binary focal-risk minimiser.
 
@@ -836,7 +886,10 @@ def binary_inverse_focal_map(p: Any, gamma: float) -> torch.Tensor:
     Returns
     -------
     torch.Tensor, same shape and dtype as ``p`` (not differentiable)
-        E.g. ``binary_inverse_focal_map(0.8, 2) ~ 0.62`` (K&K Sec. 3.1); ``0 -> 0``, ``1 -> 1``.
+        E.g. ``binary_inverse_focal_map(0.8, 2) ~ 0.6266`` (K&K Sec. 3.1: "around 0.62");
+        ``0 -> 0``, ``1 -> 1``. The result can round to exactly 0 or 1 while ``p`` does not (the
+        minimiser's log-odds exceed the dtype's range, typically for ``gamma`` near ``-1``); use
+        :func:`binary_inverse_focal_logit` when that matters.
     """
     t = _elementwise_unit(p, "p")
     gv = check_gamma(gamma)
@@ -846,17 +899,7 @@ def binary_inverse_focal_map(p: Any, gamma: float) -> torch.Tensor:
         x = t.detach().to(torch.float64)
         y = _logit_elementwise(x)
         fin = torch.isfinite(y)
-        y0 = torch.where(fin, y, torch.zeros_like(y))
-        if gv == -1:
-            lo, hi = y0 - 2.5, y0 + 2.5
-        else:
-            bnd = abs(math.log1p(gv)) + 1.0
-            lo, hi = (y0 - bnd) / (1 + gv), (y0 + bnd) / (1 + gv)
-
-        def fun(s):
-            return _binary_logit(s, gv, gv) - y0, (1 + gv) - _L_prime(s, gv) - _L_prime(-s, gv)
-
-        s = _solve_bracketed(fun, lo, hi, 0.5 * (lo + hi))
+        s = _binary_inverse_logit(torch.where(fin, y, torch.zeros_like(y)), gv)
         q = torch.sigmoid(s)
         q = torch.where(y == math.inf, torch.ones_like(q), q)
         q = torch.where(y == -math.inf, torch.zeros_like(q), q)

@@ -45,7 +45,6 @@ from typing import Any, NamedTuple
 import torch
 
 from ._validation import (
-    as_float_tensor,
     check_choice,
     check_int,
     check_labels,
@@ -163,7 +162,7 @@ def _mass_index(x: torch.Tensor, n_bins: int) -> torch.Tensor:
     srt = torch.sort(x, dim=-1).values
     # number of values <= x: one past the sorted position of the last member of x's tie group
     n_le = torch.searchsorted(srt, x, right=True)
-    return (n_le - 1) * n_bins // max(n - 1, 1)
+    return (n_le - 1) * n_bins // n
 
 
 def _bin_index(conf: torch.Tensor, n_bins: int, binning: str) -> torch.Tensor:
@@ -720,9 +719,14 @@ def plot_reliability(labels: Any, *, probs: Any = None, logits: Any = None, n_bi
                      axes: Any = None):
     """Reliability diagram with gap bars and a bin-count histogram (as Mukhoti et al. 2020, Fig. 1).
 
-    Top panel: accuracy per bin (bars in the book colour of ``method``), the gap to the mean
-    confidence (hatched), and the diagonal of perfect calibration. Bottom panel: percentage of
-    samples in each bin. The title reports the ECE with the same bins.
+    Top panel: accuracy per bin (bars in the book colour of ``method``), the gap to the bin's mean
+    confidence (hatched) and the reference of perfect calibration. Bottom panel: percentage of
+    samples in each bin. The title reports the (Ada)ECE with the same bins.
+
+    With ``binning="width"`` the x axis is the confidence and the reference is the diagonal. With
+    ``binning="mass"`` the bins crowd against confidence 1 for a trained network, so the x axis is
+    the bin index (bins ordered by confidence, equal numbers of samples) and the reference is the
+    bin's mean confidence, drawn as a black tick on each bar.
 
     Parameters
     ----------
@@ -731,7 +735,7 @@ def plot_reliability(labels: Any, *, probs: Any = None, logits: Any = None, n_bi
     method : str
         Key for :func:`focalcal.plotting.color` (e.g. ``"ce"``, ``"focal"``, ``"TS"``).
     title : str, optional
-        Title prefix (default: ``method``).
+        First title line (default: ``method``).
     axes : pair of matplotlib Axes, optional
         (reliability axes, histogram axes); a new figure is made when omitted.
 
@@ -746,29 +750,45 @@ def plot_reliability(labels: Any, *, probs: Any = None, logits: Any = None, n_bi
     data = reliability_data(labels, probs=probs, logits=logits, n_bins=n_bins, binning=binning)
     col = color(method)
     if axes is None:
-        fig, axes = plt.subplots(2, 1, sharex=True, figsize=(4.6, 5.0),
-                                 gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08})
+        _, axes = plt.subplots(2, 1, sharex=True, figsize=(4.6, 5.0),
+                               gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08})
     ax, axh = axes
-    fig = ax.figure
     full = (data.counts > 0).numpy()
-    left = data.edges[:-1].numpy()[full]
-    width = data.edges.diff().numpy()[full]
     acc = data.accuracy.numpy()[full]
     conf = data.confidence.numpy()[full]
+    if binning == "width":
+        left = data.edges[:-1].numpy()[full]
+        width = data.edges.diff().numpy()[full]
+        xlim, xlabel = (0.0, 1.0), "confidence (top-class probability)"
+    else:
+        left = torch.arange(n_bins, dtype=torch.float64).numpy()[full]
+        width = 1.0
+        xlim, xlabel = (0.0, float(n_bins)), "equal-mass bin (ordered by confidence)"
     ax.bar(left, acc, width=width, align="edge", color=col, edgecolor="black", linewidth=0.6,
            label="accuracy")
     ax.bar(left, conf - acc, bottom=acc, width=width, align="edge", facecolor="none",
            edgecolor="#C0392B", hatch="///", linewidth=0.6, label="gap to mean confidence")
-    ax.plot([0, 1], [0, 1], linestyle="--", color=color("identity"), linewidth=1.2,
-            label="perfect calibration")
-    ax.set_xlim(0, 1)
+    if binning == "width":
+        ax.plot([0, 1], [0, 1], linestyle="--", color=color("identity"), linewidth=1.2,
+                label="perfect calibration")
+    else:
+        ax.hlines(conf, left, left + width, color=color("true posterior"), linewidth=1.6,
+                  label="mean confidence (perfect calibration)")
+    ax.set_xlim(*xlim)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
-    ax.legend(loc="upper left")
+    if binning == "width":
+        ax.legend(loc="upper left")
+    else:  # the bars fill the panel; a framed legend in the corner of the lowest-accuracy bins
+        ax.legend(loc="lower right", frameon=True, framealpha=0.9)
+        from matplotlib.ticker import MaxNLocator
+
+        axh.xaxis.set_major_locator(MaxNLocator(integer=True))
     name = "AdaECE" if binning == "mass" else "ECE"
-    ax.set_title(f"{title or method}: {name} = {data.ece():.4f} ({n_bins} bins)")
+    ax.set_title(f"{title or method}\n{name} = {data.ece():.4f} ({n_bins} bins)")
     frac = 100.0 * data.counts.numpy()[full] / data.n_samples
     axh.bar(left, frac, width=width, align="edge", color=col, edgecolor="black", linewidth=0.6)
-    axh.set_xlabel("confidence (top-class probability)")
+    axh.set_xlim(*xlim)
+    axh.set_xlabel(xlabel)
     axh.set_ylabel("% of samples")
-    return fig, (ax, axh)
+    return ax.figure, (ax, axh)

@@ -118,7 +118,7 @@ def smoothed_cdf(scores: Any, at: Any = None, *, nu: float = 0.1, n_bins: int = 
         raise ValueError(f"scores must lie inside the bin edges [{float(e[0]):g}, {float(e[-1]):g}]; "
                          f"got values in [{float(s.min()):.4g}, {float(s.max()):.4g}]")
     k = e.numel() - 1
-    idx = (torch.bucketize(s, e, right=True) - 1).clamp_(0, k - 1)
+    idx = (torch.bucketize(s.contiguous(), e, right=True) - 1).clamp_(0, k - 1)
     counts = torch.zeros(*s.shape[:-1], k, dtype=torch.float64).scatter_add_(-1, idx, torch.ones_like(s))
     centres = 0.5 * (e[:-1] + e[1:])
     sig = torch.sigmoid((t.unsqueeze(-1) - centres) / nu)

@@ -157,21 +157,27 @@ TABLE1_LOSSES = (
     loss("dual_focal", label="dual focal"),
 )
 
-# Every loss of focalcal.losses once, for the smoke profile.
-ALL_LOSSES = TABLE1_LOSSES[:2] + (
-    loss("flsd532", label="FLSD-532"),
-    loss("flsc531", label="FLSc-531"),
-    loss("dual_focal_released", label="dual focal (released)"),
-    loss("inverse_focal", gamma=1.0, label="inverse focal"),
-    loss("adafocal", label="AdaFocal"),
-    loss("brier", label="Brier"),
-    loss("label_smoothing", label="label smoothing"),
-    loss("mmce", label="MMCE"),
-    loss("kde_xe", label="KDE-XE"),
-    loss("aurc", label="AURC"),
-    loss("selective_risk", label="selective-risk"),
-    loss("hessian_trace", label="Hessian trace"),
-) + TABLE1_LOSSES[4:]
+# Display labels of the losses that have a book colour (focalcal.plotting.METHOD_COLORS).
+_LABELS = {
+    "flsd532": "FLSD-532", "sample_dependent_focal": "sample-dependent focal",
+    "flsc531": "FLSc-531", "flsc532": "FLSc-532", "dual_focal_released": "dual focal (released)",
+    "inverse_focal": "inverse focal", "adafocal": "AdaFocal", "brier": "Brier",
+    "label_smoothing": "label smoothing", "mmce": "MMCE", "kde_xe": "KDE-XE", "aurc": "AURC",
+    "selective_risk": "selective-risk", "hessian_trace": "Hessian trace",
+}
+
+
+def _every_loss() -> tuple[Loss, ...]:
+    # built from the registry, so that a loss added to focalcal.losses is smoke-tested at once
+    from .losses import LOSSES
+
+    covered = {lo.name for lo in TABLE1_LOSSES}
+    extra = tuple(loss(name, label=_LABELS.get(name, name)) for name in LOSSES if name not in covered)
+    return TABLE1_LOSSES[:2] + extra + TABLE1_LOSSES[4:]
+
+
+#: every loss of :data:`focalcal.losses.LOSSES` once (with its default parameters), for the smoke profile
+ALL_LOSSES = _every_loss()
 
 SMOKE_TRAIN = {"epochs": 1, "train_subset": 256, "eval_subset": 256, "batch_size": 64,
                "optimizer": "adam", "lr": 1e-3, "device": "auto"}
@@ -208,6 +214,74 @@ def get_profile(name: str) -> Profile:
     if name not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {name!r}")
     return PROFILES[name]
+
+
+# --------------------------------------------------------------------------------------------
+# what the train_classifier template turns its parameters into
+# --------------------------------------------------------------------------------------------
+
+def train_settings(schedule: str | None = None, *, epochs: int | None = None,
+                   optimizer: str | None = None, lr: float | None = None) -> dict[str, Any]:
+    """Keyword arguments of :func:`focalcal.train.train` for a named schedule plus overrides.
+
+    Parameters
+    ----------
+    schedule : str or None
+        A key of :data:`focalcal.train.SCHEDULES` (``"paper_cifar"``, ``"cpu_sgd"``, ...): the
+        optimiser, learning rate, momentum, weight decay and learning-rate schedule of a profile.
+        ``None`` or ``""``: no profile, the trainer's defaults.
+    epochs, optimizer, lr : optional
+        Override the profile's values when given. If ``epochs`` differs from the profile's, the
+        profile's step ``milestones`` are rescaled by ``epochs / profile_epochs`` (rounded, at
+        least 1), so that a shortened run keeps the proportions of the schedule (a cosine
+        schedule scales by itself).
+
+    Returns
+    -------
+    dict
+        Settings for ``train(..., **settings)``; always contains ``epochs``.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``schedule`` (the message lists the valid ones), or no ``epochs`` at all.
+    """
+    from ._validation import check_choice, check_int
+    from .train import SCHEDULES
+
+    base: dict[str, Any] = {}
+    if schedule:
+        check_choice(schedule, "schedule", tuple(SCHEDULES))
+        base = dict(SCHEDULES[schedule])
+    if epochs is not None:
+        epochs = check_int(epochs, "epochs")
+        if base.get("milestones") and base.get("epochs") and epochs != base["epochs"]:
+            scale = epochs / base["epochs"]
+            base["milestones"] = tuple(sorted({max(1, round(m * scale)) for m in base["milestones"]}))
+        base["epochs"] = epochs
+    if optimizer is not None:
+        base["optimizer"] = optimizer
+    if lr is not None:
+        base["lr"] = lr
+    if "epochs" not in base:
+        raise ValueError("epochs must be given (or a schedule that sets it); got schedule="
+                         f"{schedule!r}, epochs=None")
+    return base
+
+
+def subset_sizes(train_subset: int = 0, eval_subset: int = 0) -> dict[str, int] | None:
+    """The ``subset=`` argument of :func:`focalcal.data.make_loaders` for the template's parameters.
+
+    ``train_subset`` caps the training split, ``eval_subset`` the validation and the test split;
+    ``0`` keeps a split whole. Returns ``None`` when nothing is capped.
+    """
+    from ._validation import check_int
+
+    sizes = {"train": check_int(train_subset, "train_subset", minimum=0),
+             "val": check_int(eval_subset, "eval_subset", minimum=0)}
+    sizes["test"] = sizes["val"]
+    sizes = {k: v for k, v in sizes.items() if v > 0}
+    return sizes or None
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,11 @@ Kull (2024) do, but vectorised and with the ranges stated:
 - :func:`minimax_inverse_temperature` finds the TS map closest to a given map in the worst case
   (the maximum absolute probability difference over a set of logits);
 - :func:`tightest_temperature_bounds` gives the two TS maps that sandwich a binary calibration
-  map on a grid of logits.
+  map on a grid of logits;
+- :func:`refute_at` records a counterexample (a point where a claimed relation fails, evaluated
+  in mpmath) as a ``refuted`` verdict of :mod:`focalcal.verify`;
+- :func:`reference_focal_map` evaluates the focal calibration map in mpmath at any precision, the
+  slow reference that float64 screens are confirmed against.
 
 Conventions: probabilities are ``(..., K)`` tensors whose last dimension indexes classes; TS with
 temperature ``T`` maps logits ``z`` to ``softmax(z / T)``; results are float64 tensors (or python
@@ -22,11 +26,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from collections.abc import Mapping
+
+import mpmath
 import numpy as np
+import sympy as sp
 import torch
 from scipy.optimize import minimize_scalar
 
-from ._validation import as_float_tensor, check_finite, check_int, check_nonempty, check_positive
+from .verify import REFUTED, Verdict
+from ._validation import as_float_tensor, check_finite, check_gamma, check_int, check_nonempty, check_positive
 
 __all__ = [
     "simplex_grid",
@@ -34,6 +43,8 @@ __all__ = [
     "logit_grid",
     "minimax_inverse_temperature",
     "tightest_temperature_bounds",
+    "reference_focal_map",
+    "refute_at",
 ]
 
 # Ternary-plot vertices: class 1 bottom-left, class 2 bottom-right, class 3 on top.
@@ -256,3 +267,106 @@ def tightest_temperature_bounds(logits: Any, mapped_logits: Any) -> tuple[float,
         raise ValueError("mapped_logits must have the sign of logits (m(s) / s > 0); "
                          "no temperature-scaling map can bound a map that crosses 1/2 elsewhere")
     return 1.0 / float(ratio.max()), 1.0 / float(ratio.min())
+
+
+def reference_focal_map(q: Any, gamma: Any, *, dps: int = 30) -> list:
+    r"""The focal calibration map of one probability vector, in mpmath at ``dps`` digits.
+
+    Evaluates K&K (2024) Eq. (1), :math:`\hat p_j \propto 1/\ell'_\gamma(q_j)` with
+    :math:`\ell'_\gamma(q) = \gamma(1-q)^{\gamma-1}\log q - (1-q)^\gamma/q`, term by term. It is
+    deliberately the direct formula (no log-odds tricks) so that it is an independent reference
+    for :func:`focalcal.maps.focal_map`; use it on a handful of points, not on grids.
+
+    Parameters
+    ----------
+    q : sequence of numbers, shape (K,), K >= 2
+        Entries in (0, 1) summing to 1 within ``10**-(dps-5)``. Strings such as ``"0.33"``,
+        integers ratios (``fractions.Fraction``, ``sympy.Rational``) and mpmath numbers are taken
+        exactly; python floats are read as their shortest decimal ``repr`` (so ``0.33`` means
+        33/100), which is why vectors like ``[0.8 / 99] * 99`` must be passed as fractions.
+    gamma : number, >= -1
+    dps : int
+        Working precision in decimal digits (>= 15).
+
+    Returns
+    -------
+    list of mpmath.mpf, length K
+        The mapped vector (sums to 1 at ``dps`` digits).
+    """
+    dps = check_int(dps, "dps", minimum=15)
+    if isinstance(q, torch.Tensor):
+        q = q.detach().cpu().tolist()
+    try:
+        items = list(q)
+    except TypeError as err:
+        raise ValueError(f"q must be a sequence of probabilities, got {type(q).__name__}") from err
+    if len(items) < 2:
+        raise ValueError(f"q must have at least 2 entries, got {len(items)}")
+    with mpmath.workdps(dps + 10):
+        g = mpmath.mpf(str(check_gamma(gamma))) if not isinstance(gamma, (mpmath.mpf, str)) else mpmath.mpf(gamma)
+        if g < -1:
+            raise ValueError(f"gamma must be >= -1, got {gamma}")
+        vals = []
+        for v in items:
+            x = mpmath.mpf(v.numerator) / v.denominator if hasattr(v, "numerator") and not isinstance(v, float) \
+                else mpmath.mpf(v if isinstance(v, (str, mpmath.mpf)) else repr(float(v)))
+            vals.append(x)
+        if any(not (0 < x < 1) for x in vals):
+            raise ValueError("q must have every entry in the open interval (0, 1)")
+        if abs(mpmath.fsum(vals) - 1) > mpmath.mpf(10) ** (-(dps - 5)):
+            raise ValueError(f"q must sum to 1, got {mpmath.nstr(mpmath.fsum(vals), 12)}")
+        inv = [1 / (g * (1 - x) ** (g - 1) * mpmath.log(x) - (1 - x) ** g / x) for x in vals]
+        total = mpmath.fsum(inv)
+        out = [w / total for w in inv]
+    with mpmath.workdps(dps):
+        return [+x for x in out]
+
+
+_RELATIONS = {
+    "==": lambda a, b, tol: abs(a - b) <= tol * max(mpmath.mpf(1), abs(a)),
+    "<=": lambda a, b, tol: a <= b,
+    "<": lambda a, b, tol: a < b,
+    ">=": lambda a, b, tol: a >= b,
+    ">": lambda a, b, tol: a > b,
+}
+
+
+def refute_at(claim: str, lhs: Any, rhs: Any, point: Mapping, *, relation: str = "==",
+              dps: int = 30) -> Verdict:
+    """Record that ``lhs <relation> rhs`` fails at ``point``: a ``refuted`` verdict.
+
+    Both sides are SymPy expressions (or numbers) evaluated with mpmath at ``dps`` digits at
+    ``point`` (a mapping ``{symbol: value}``; values may be strings or rationals for exactness).
+    The claimed relation must *fail* there (for ``"=="``: a relative difference above
+    ``10**-(dps - 8)``); if it holds, the supposed counterexample is not one and
+    ``AssertionError`` is raised, so a wrong refutation fails the book build like a wrong proof.
+
+    Returns
+    -------
+    Verdict
+        status ``refuted``; ``detail`` gives the point and both values.
+    """
+    if relation not in _RELATIONS:
+        raise ValueError(f"relation must be one of {', '.join(_RELATIONS)}, got {relation!r}")
+    dps = check_int(dps, "dps", minimum=15)
+    if not isinstance(point, Mapping) or not point:
+        raise ValueError("point must be a non-empty mapping {sympy symbol: value}")
+    symbols = list(point.keys())
+    exprs = [sp.sympify(lhs), sp.sympify(rhs)]
+    free = set().union(*(e.free_symbols for e in exprs)) - set(symbols)
+    if free:
+        raise ValueError(f"point does not give values for {sorted(map(str, free))}")
+    with mpmath.workdps(dps):
+        args = [mpmath.mpf(sp.N(sp.sympify(point[k]), dps + 10)) for k in symbols]
+        a, b = (sp.lambdify(symbols, e, modules="mpmath")(*args) for e in exprs)
+        a, b = mpmath.mpf(a), mpmath.mpf(b)
+        tol = mpmath.mpf(10) ** (-(dps - 8))
+        if not (mpmath.isfinite(a) and mpmath.isfinite(b)):
+            raise AssertionError(f"counterexample to {claim!r} is not finite: lhs = {a}, rhs = {b}")
+        if _RELATIONS[relation](a, b, tol):
+            raise AssertionError(f"not a counterexample to {claim!r}: lhs = {mpmath.nstr(a, 12)} "
+                                 f"{relation} rhs = {mpmath.nstr(b, 12)} holds at the point")
+        pt = ", ".join(f"{k} = {mpmath.nstr(v, 8)}" for k, v in zip(symbols, args))
+        detail = (f"at {pt}: lhs = {mpmath.nstr(a, 10)}, rhs = {mpmath.nstr(b, 10)} "
+                  f"(lhs - rhs = {mpmath.nstr(a - b, 5)}); claimed lhs {relation} rhs")
+    return Verdict(claim, REFUTED, f"counterexample, mpmath at {dps} digits", detail)

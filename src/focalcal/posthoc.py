@@ -1,0 +1,751 @@
+r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi.
+
+Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.Module`:
+
+* ``fit(logits, labels) -> self`` on a held-out fitting set, ``logits`` of shape ``(N, K)``,
+  ``labels`` of shape ``(N,)`` (integers in ``[0, K)``);
+* ``predict_proba(logits) -> probs`` for logits of shape ``(..., K)`` (any leading dims), in the
+  dtype of ``logits`` (float32 stays float32, float64 stays float64);
+* ``forward(logits) -> log-probabilities`` of shape ``(..., K)``, differentiable w.r.t. the logits,
+  so a fitted calibrator can sit at the end of a network (``nn.Sequential(net, calibrator)``);
+* fitted attributes end in an underscore: ``temperature_`` on every temperature-based calibrator,
+  ``gamma_`` on :class:`FocalTemperatureScaling`, ``n_classes_``, ``best_score_`` and, for grid
+  searches, the whole score grid ``scores_``. They are python floats / tensors and travel in
+  ``state_dict()`` (as the module's extra state), so ``load_state_dict`` restores a fitted model.
+
+Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
+``AttributeError``, like scikit-learn's). Fitting never changes the argmax: temperature scaling with
+``T > 0`` and the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top
+class.
+
+Which paper each calibrator follows
+-----------------------------------
+:class:`TemperatureScaling`
+    Guo et al. (2017) with ``criterion="nll"`` (a robust 1-D root search, see below);
+    Mukhoti et al. (2020, Sec. 5) with ``criterion="ece"``: grid search of ``T`` in
+    ``0.1, 0.2, ..., 10`` minimising the equal-width 15-bin ECE; ``criterion="ece_mass"`` selects on
+    the equal-mass ECE (the criterion of Komisarenko & Kull 2024, Sec. 5.1); and
+    Charoenphakdee et al. (2021, Sec. 6.1) **TS_FL** with ``criterion="focal"``: ``T`` minimises the
+    focal loss with the training ``gamma`` on the fitting set.
+:class:`FocalTemperatureScaling`
+    Komisarenko & Kull (2024), Sec. 4.2 and 5.1: ``p = focal_map(softmax(z / T), gamma_ev)`` with the
+    pair ``(gamma_ev, T)`` selected jointly, by a full grid search (their experiments) or by the
+    cheaper "3m" line search they propose in Sec. 5.2 (see the class docstring).
+:class:`PsiCorrection`
+    Charoenphakdee et al. (2021), Thm. 11: ``Psi^gamma(softmax(z))`` with the training ``gamma``;
+    nothing is fitted.
+
+Tie-breaking of grid searches
+-----------------------------
+Grid scores within ``1e-12 * max(1, |best|)`` of the best score count as ties (so that rounding
+noise cannot decide). Among ties the calibrator closest to the identity wins: the smallest
+``|gamma|``, then the smallest ``|log T|``, then the first in evaluation order (for a grid: the
+``gammas`` in the order given, then the ``temperatures`` in the order given).
+
+How the focal-TS grid is evaluated
+----------------------------------
+The selection criteria need, per sample and per ``(gamma, T)``, only the mapped probability of the
+top class (ECE) and of the true class (NLL). The focal map preserves the argmax, so the top class
+is the argmax ``t`` of the logits for every ``(gamma, T)`` and the confidence is
+
+.. math::
+
+    \hat p_t = \frac{1}{1 + \rho},\qquad \rho = \sum_{j\neq t} \frac{h^\gamma(q_j)}{h^\gamma(q_t)}
+    \in [0, K - 1],
+
+with :math:`h^\gamma(v) = v/\varphi^\gamma(v)` (Charoenphakdee Eq. 13). With the gaps
+:math:`\delta_j = z_t - z_j \ge 0`, :math:`\beta = 1/T` and
+:math:`E = \sum_{j\ne t} e^{-\beta\delta_j}` (computed relative to the runner-up, so it never
+underflows to an uninformative 0 in log space): :math:`\log q_t = -\log(1+E)`,
+:math:`\log(1-q_t) = \log E - \log(1+E)`, :math:`r_t = -q_t\log q_t/(1-q_t) = \log(1+E)/E`, and for
+the other classes (all with :math:`q_j \le 1/2`, so nothing cancels)
+
+.. math::
+
+    \frac{h^\gamma(q_j)}{h^\gamma(q_t)} = \frac{\exp\bigl(\log q_j + (1-\gamma)\log(1-q_j)
+    - \log h^\gamma(q_t)\bigr)}{(1 - q_j) - \gamma\, q_j \log q_j}.
+
+Everything that depends only on ``T`` (one exp per logit) is computed once per temperature and
+shared by all ``gamma``; per ``(gamma, T)`` and logit the work is one exp, one division and two
+fused multiply-adds, in float64, in blocks of about ``2**16`` entries (cache-sized), so memory stays
+bounded for any grid. Nothing of shape ``(n_gamma, n_T, N, K)`` is formed; confidences are kept for
+one chunk of temperatures at a time and reduced by :func:`focalcal.metrics.calibration_error`.
+The exact per-``(gamma, T)`` cost is still proportional to ``N * K``: the normaliser of the map
+involves every class, so no formula in the top class alone exists for ``K > 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import brentq, minimize_scalar
+
+from . import maps
+from ._validation import (
+    as_float_tensor,
+    check_choice,
+    check_finite,
+    check_gamma,
+    check_int,
+    check_labels,
+    check_logits,
+    check_positive,
+)
+from .metrics import calibration_error
+
+__all__ = [
+    "KK_GAMMAS",
+    "KK_TEMPERATURES",
+    "MUKHOTI_TEMPERATURES",
+    "FocalTemperatureScaling",
+    "NotFittedError",
+    "PsiCorrection",
+    "TemperatureScaling",
+    "focal_ts_scores",
+]
+
+#: gamma_ev grid of Komisarenko & Kull (2024), Sec. 5.1
+KK_GAMMAS: tuple[float, ...] = (-0.5, -0.25, 0.05, 0.25, 0.37, 0.5, 0.75, 1.0, 5.0)
+#: temperature grid of Komisarenko & Kull (2024), Sec. 5.1: 0.01, 0.02, ..., 5.00 (500 values)
+KK_TEMPERATURES: tuple[float, ...] = tuple(k / 100 for k in range(1, 501))
+#: temperature grid of Mukhoti et al. (2020), Sec. 5: 0.1, 0.2, ..., 10.0 (100 values)
+MUKHOTI_TEMPERATURES: tuple[float, ...] = tuple(k / 10 for k in range(1, 101))
+
+TS_CRITERIA = ("nll", "ece", "ece_mass", "focal")
+FTS_CRITERIA = ("ece_mass", "ece", "nll")
+FTS_SEARCHES = ("grid", "line")
+
+_TIE_RTOL = 1e-12
+# cache-sized work blocks (float64 entries) and memory-bounded confidence chunks
+_BLOCK = 1 << 18
+_CONF_CHUNK = 1 << 22
+# smallest exponent passed to exp in the grid kernel: exp(-700) ~ 1e-304 is still a normal float64
+_MIN_EXP = -700.0
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when a calibrator is used before ``fit`` (as scikit-learn's ``NotFittedError``)."""
+
+
+# ============================================================================================
+# argument handling
+# ============================================================================================
+
+def _check_fit_args(logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device."""
+    z = check_logits(logits, "logits")
+    if z.dim() != 2:
+        raise ValueError(f"logits must have shape (N, K) for fitting, got shape {tuple(z.shape)}")
+    y = check_labels(labels, n_classes=z.shape[1], n_samples=z.shape[0])
+    return z.detach().to(torch.float64), y.to(z.device)
+
+
+def _check_grid(values: Any, name: str, *, lower: float | None = None, open_lower: bool = True,
+                positive: bool = False) -> torch.Tensor:
+    """A non-empty 1-D float64 grid of finite values (``> lower`` / ``>= lower``, or ``> 0``)."""
+    if isinstance(values, (int, float, np.number)):
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got the scalar {values!r}")
+    t = as_float_tensor(values, name).detach().to(torch.float64).cpu()
+    if t.dim() != 1 or t.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence, got shape {tuple(t.shape)}")
+    check_finite(t, name)
+    if positive and bool((t <= 0).any()):
+        raise ValueError(f"{name} must all be > 0; got minimum {float(t.min()):g}")
+    if lower is not None:
+        bad = (t <= lower) if open_lower else (t < lower)
+        if bool(bad.any()):
+            op = ">" if open_lower else ">="
+            raise ValueError(f"{name} must all be {op} {lower:g}; got minimum {float(t.min()):g}")
+    return t
+
+
+def _check_bounds(bounds: Any) -> tuple[float, float]:
+    try:
+        lo, hi = bounds
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"bounds must be a pair (T_min, T_max), got {bounds!r}") from err
+    lo, hi = check_positive(lo, "bounds[0]"), check_positive(hi, "bounds[1]")
+    if not lo < hi:
+        raise ValueError(f"bounds must satisfy T_min < T_max, got {bounds!r}")
+    return lo, hi
+
+
+def _select(scores: torch.Tensor, gammas: torch.Tensor, temps: torch.Tensor) -> int:
+    """Index of the best (smallest) score, ties broken towards the identity map (module docs)."""
+    s = scores.detach().to(torch.float64).cpu().numpy().ravel()
+    if not np.isfinite(s).all():  # pragma: no cover - the scores are finite by construction
+        raise RuntimeError("non-finite calibration score in the grid; please report this input")
+    best = s.min()
+    tied = np.flatnonzero(s <= best + _TIE_RTOL * max(1.0, abs(best)))
+    g = np.abs(gammas.numpy().ravel()[tied])
+    lt = np.abs(np.log(temps.numpy().ravel()[tied]))
+    return int(tied[np.lexsort((tied, lt, g))[0]])
+
+
+# ============================================================================================
+# the vectorised focal-TS score kernel
+# ============================================================================================
+
+def _softplus(x: torch.Tensor) -> torch.Tensor:
+    # exact to float64 rounding (torch's softplus switches to the identity at a threshold)
+    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+
+
+def _one_minus_r(e: torch.Tensor) -> torch.Tensor:
+    r"""``1 - log1p(E)/E`` for ``E >= 0`` without cancellation (series ``sum (-1)^n E^(n+1)/(n+2)``)."""
+    small = e < 0.05
+    es = torch.where(small, e, torch.zeros_like(e))
+    acc = torch.zeros_like(e)
+    for n in range(11, -1, -1):  # 12 terms: truncation < 0.05**12 relative
+        acc = ((-1.0) ** n) / (n + 2) + es * acc
+    eb = torch.where(small, torch.ones_like(e), e)
+    return torch.where(small, es * acc, 1 - torch.log1p(eb) / eb)
+
+
+class _TopClassProblem:
+    """Gaps to the top logit (T-independent) of a fitting set, prepared once per search."""
+
+    def __init__(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        n, k = z.shape
+        zt, top = z.max(dim=-1)  # ties: the first maximal index, as torch.argmax
+        rows = torch.arange(n, device=z.device)
+        keep = torch.ones(n, k, dtype=torch.bool, device=z.device)
+        keep[rows, top] = False
+        d = (zt.unsqueeze(-1) - z)[keep].view(n, k - 1)  # delta_j >= 0, non-top classes
+        self.d2 = d.min(dim=-1).values  # gap to the runner-up
+        self.dd = (d - self.d2.unsqueeze(-1)).contiguous()  # gaps relative to the runner-up, >= 0
+        self.d = d.contiguous()
+        self.correct = top == y
+        # column of the true class among the non-top columns (only used where it is not the top)
+        self.ycol = torch.where(self.correct, torch.zeros_like(y), y - (y > top).long())
+        self.n, self.k1 = n, k - 1
+
+
+def _top_log_probs(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Tensor,
+                   want_true: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log mapped probability of the top class (and of the true class) for paired grids.
+
+    ``temps`` has shape ``(P,)`` and ``gammas`` shape ``(P, G)``: temperature ``p`` is evaluated
+    with the ``G`` gammas of row ``p``. Returns tensors of shape ``(P, G, N)``.
+    """
+    P, G = gammas.shape
+    n, k1 = prob.n, prob.k1
+    dev = prob.d.device
+    out_top = torch.empty(P, G, n, dtype=torch.float64, device=dev)
+    out_true = torch.empty(P, G, n, dtype=torch.float64, device=dev) if want_true else None
+    # one block holds (G, tc, nb, k1) entries: every gamma of a few temperatures at once; the
+    # gammas are applied by a small matrix product, so a block needs the same gammas for all its
+    # temperatures (true for a product grid; a paired list is done one temperature at a time)
+    same = bool((gammas == gammas[:1]).all())
+    nb = max(1, min(n, _BLOCK // (G * k1)))
+    tc = max(1, _BLOCK // (G * nb * k1)) if same else 1
+    beta_all = 1.0 / temps.to(dev)
+    gam_all = gammas.to(dev)
+    miss = ~prob.correct
+    for r0 in range(0, n, nb):
+        sl = slice(r0, min(n, r0 + nb))
+        dd, d2, d = prob.dd[sl], prob.d2[sl], prob.d[sl]
+        nbb = d.shape[0]
+        miss_b, ycol = miss[sl], prob.ycol[sl].view(1, -1, 1)
+        for p0 in range(0, P, tc):
+            beta = beta_all[p0:p0 + tc]
+            tcc = beta.shape[0]
+            b3 = beta.view(-1, 1, 1)
+            g = gam_all[p0]  # (G,): the gammas of this block
+            g2 = g.view(-1, 1, 1)
+            # --- what depends on T only (shared by all gammas) ---
+            # exponents are clamped at -700 so that no subnormal number is ever formed (they slow
+            # the arithmetic several-fold); a clamped term is < 1e-304 where the true one is
+            # smaller, which moves rho (in [0, K - 1]) by less than K * 1e-303
+            e = torch.exp(torch.mul(dd, -b3).clamp_(min=_MIN_EXP))  # exp(-beta (delta_j - delta_2))
+            log_e = torch.log(e.sum(-1)) - beta.view(-1, 1) * d2  # log E, E = sum_{j != t} exp(-beta delta_j)
+            sp = _softplus(log_e)  # log(1 + E) = -log q_t
+            log_u = log_e - sp  # log(1 - q_t)
+            omr = _one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP)))  # 1 - r_t, r_t = log1p(E) / E
+            # log(1 + gamma r_t); for gamma < 0 as log((1 + gamma) + |gamma| (1 - r_t)), a sum of
+            # non-negative terms, so gamma -> -1 and r_t -> 1 lose nothing to cancellation
+            log_1gr = torch.where(g2 >= 0, torch.log1p(g2 * (1 - omr)),
+                                  torch.log(torch.clamp(1 + g2, min=0) - g2 * omr))  # (G, tc, nb)
+            yidx = ycol.expand(tcc, -1, 1)
+            if bool((g == 0).all()):
+                # plain softmax: sum_{j != t} q_j / q_t = E, no per-class work
+                log_rho = log_e.expand(G, -1, -1)
+                if want_true:
+                    lq_y = torch.mul(d.gather(-1, yidx[0]).unsqueeze(0), -b3).squeeze(-1) - sp
+                    log_ratio_y = (lq_y + sp).expand(G, -1, -1)
+            else:
+                # rows of the matrix product: -beta delta_j = log q_j - log q_t, log(1 - q_j), and
+                # log(1 - q_t); non-top classes have q_j <= 1/2, where log(1 - q_j) has an
+                # absolute error ~1e-16, i.e. a relative one in (1 - q_j)^(1 - gamma)
+                rows = torch.empty(3, tcc, nbb, k1, dtype=torch.float64, device=dev)
+                torch.mul(d, -b3, out=rows[0])
+                lq = rows[0] - sp.unsqueeze(-1)
+                q = torch.exp(lq.clamp(min=_MIN_EXP))
+                omq = 1 - q
+                torch.log(omq, out=rows[1])
+                rows[2].copy_(log_u.unsqueeze(-1).expand(-1, -1, k1))
+                qlq = q.mul_(lq)
+                # h(q_j) / h(q_t) = exp(log q_j + (1 - gamma) log(1 - q_j) - log h(q_t)) / den_j with
+                # log h(q_t) = log q_t - gamma log(1 - q_t) - log(1 + gamma r_t) and
+                # den_j = (1 - q_j) - gamma q_j log q_j > 0; every ratio is <= 1 (argmax preserved)
+                coef = torch.stack([torch.ones_like(g), 1 - g, g], dim=1)  # (G, 3)
+                x = (coef @ rows.view(3, -1)).view(G, tcc, nbb, k1)
+                den = (torch.stack([torch.ones_like(g), -g], dim=1)
+                       @ torch.stack([omq, qlq]).view(2, -1)).view(G, tcc, nbb, k1)
+                s_rho = x.clamp_(min=_MIN_EXP).exp_().div_(den).sum(-1)
+                log_rho = torch.log(s_rho) + log_1gr
+                if want_true:
+                    x_y = (coef @ rows.gather(-1, yidx.unsqueeze(0).expand(3, -1, -1, -1)).view(3, -1))
+                    den_y = omq.gather(-1, yidx) - g2.unsqueeze(-1) * qlq.gather(-1, yidx)
+                    log_ratio_y = x_y.view(G, tcc, nbb) - den_y.log().squeeze(-1) + log_1gr
+            log_top = -_softplus(log_rho)  # log p_t = -log(1 + rho), shape (G, tc, nb)
+            out_top[p0:p0 + tcc, :, sl] = log_top.transpose(0, 1)
+            if want_true:
+                lt = log_top + torch.where(miss_b, log_ratio_y, torch.zeros_like(log_ratio_y))
+                out_true[p0:p0 + tcc, :, sl] = lt.transpose(0, 1)
+    return out_top, out_true
+
+
+def _paired_scores(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Tensor,
+                   criterion: str, n_bins: int) -> torch.Tensor:
+    """Scores of shape ``(P, G)`` for paired ``temps (P,)`` and ``gammas (P, G)``."""
+    P, G = gammas.shape
+    scores = torch.empty(P, G, dtype=torch.float64)
+    pc = max(1, _CONF_CHUNK // (G * prob.n))
+    for p0 in range(0, P, pc):
+        log_top, log_true = _top_log_probs(prob, temps[p0:p0 + pc], gammas[p0:p0 + pc],
+                                           want_true=criterion == "nll")
+        if criterion == "nll":
+            s = -log_true.mean(-1)
+        else:
+            binning = "mass" if criterion == "ece_mass" else "width"
+            s = calibration_error(log_top.exp_(), prob.correct, n_bins=n_bins, binning=binning)
+        scores[p0:p0 + pc] = s.cpu()
+    return scores
+
+
+def focal_ts_scores(logits: Any, labels: Any, *, gammas: Sequence[float] = KK_GAMMAS,
+                    temperatures: Sequence[float] = KK_TEMPERATURES, criterion: str = "ece_mass",
+                    n_bins: int = 15) -> torch.Tensor:
+    r"""Selection score of focal temperature scaling on a whole ``(gamma, T)`` grid.
+
+    Scores ``p = focal_map(softmax(logits / T), gamma)`` for every ``gamma`` in ``gammas`` and
+    ``T`` in ``temperatures`` (Komisarenko & Kull 2024, Sec. 4.2), vectorised (see the module
+    docstring); the same numbers as a loop over :func:`focalcal.maps.focal_map_from_logits` and
+    :func:`focalcal.metrics.ece` / :func:`focalcal.metrics.nll`, up to rounding.
+
+    Parameters
+    ----------
+    logits : Tensor, shape (N, K)
+        Finite scores of the fitting set (computed in float64 whatever their dtype).
+    labels : Tensor, shape (N,)
+        Integer labels in ``[0, K)``.
+    gammas : sequence of float, each ``> -1``
+        ``gamma = 0`` is plain temperature scaling.
+    temperatures : sequence of float, each ``> 0``
+    criterion : {"ece_mass", "ece", "nll"}
+        Equal-mass ECE (K&K's choice), equal-width ECE (Mukhoti's), or mean negative log-likelihood.
+    n_bins : int
+        Bins of the ECE (15 in both papers).
+
+    Returns
+    -------
+    Tensor, shape (len(gammas), len(temperatures)), float64
+        Fractions (ECE) or nats (NLL); smaller is better.
+    """
+    z, y = _check_fit_args(logits, labels)
+    g = _check_grid(gammas, "gammas", lower=-1.0)
+    t = _check_grid(temperatures, "temperatures", positive=True)
+    check_choice(criterion, "criterion", FTS_CRITERIA)
+    n_bins = check_int(n_bins, "n_bins")
+    prob = _TopClassProblem(z, y)
+    return _paired_scores(prob, t, g.expand(len(t), -1), criterion, n_bins).T.contiguous()
+
+
+# ============================================================================================
+# temperature-only scores (plain TS): cheap, only the true and top classes are needed
+# ============================================================================================
+
+def _ts_grid_scores(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, criterion: str,
+                    gamma: float, n_bins: int) -> torch.Tensor:
+    """Scores of ``softmax(z / T)`` for every ``T`` in ``temps`` (shape ``(n_T,)``)."""
+    if criterion in ("ece", "ece_mass", "nll"):
+        prob = _TopClassProblem(z, y)
+        return _paired_scores(prob, temps, torch.zeros(len(temps), 1, dtype=torch.float64),
+                              criterion, n_bins)[:, 0]
+    return torch.cat([_focal_risk(z, y, temps[i:i + 64], gamma) for i in range(0, len(temps), 64)])
+
+
+def _focal_risk(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, gamma: float) -> torch.Tensor:
+    r"""Mean focal loss :math:`-(1-q_y)^\gamma\log q_y` of ``softmax(z / T)`` for each ``T``, in log space."""
+    n, k = z.shape
+    out = []
+    tc = max(1, _CONF_CHUNK // (n * k))
+    is_y = torch.zeros(n, k, dtype=torch.bool, device=z.device)
+    is_y[torch.arange(n, device=z.device), y] = True
+    for i in range(0, len(temps), tc):
+        a = torch.log_softmax(z / temps[i:i + tc].to(z.device).view(-1, 1, 1), dim=-1)
+        lq = a.gather(-1, y.view(1, -1, 1).expand(a.shape[0], -1, 1)).squeeze(-1)
+        if gamma == 0:
+            out.append(-lq.mean(-1))
+            continue
+        # log(1 - q_y) as the log-sum of the other classes: exact also when q_y rounds to 1
+        l1q = torch.logsumexp(a.masked_fill(is_y, -math.inf), dim=-1)
+        out.append((-torch.exp(gamma * l1q) * lq).mean(-1))
+    return torch.cat(out).cpu()
+
+
+def _nll_slope(z: torch.Tensor, y: torch.Tensor, beta: float) -> float:
+    r"""``d NLL / d beta`` at inverse temperature ``beta``: ``mean(E_softmax[z] - z_y)``, increasing in beta."""
+    p = torch.softmax(z * beta, dim=-1)
+    return float(((p * z).sum(-1) - z.gather(-1, y.view(-1, 1)).squeeze(-1)).mean())
+
+
+# ============================================================================================
+# calibrators
+# ============================================================================================
+
+class _Calibrator(torch.nn.Module):
+    """Shared plumbing: fitted-state bookkeeping, validation of predict-time logits, state_dict."""
+
+    _fitted_names: tuple[str, ...] = ()
+
+    def _require_fitted(self) -> None:
+        if not getattr(self, "_is_fitted", False):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet. Call "
+                f"'fit(logits, labels)' on held-out data before 'predict_proba' or 'forward'.")
+
+    def _check_predict_logits(self, logits: Any) -> torch.Tensor:
+        z = check_logits(logits, "logits")
+        k = getattr(self, "n_classes_", None)
+        if k is not None and z.shape[-1] != k:
+            raise ValueError(f"logits have {z.shape[-1]} classes in their last dimension but the "
+                             f"calibrator was fitted on {k}")
+        return z
+
+    def predict_proba(self, logits: Any) -> torch.Tensor:
+        """Calibrated probabilities, shape ``(..., K)``, dtype of ``logits``; rows sum to 1."""
+        return torch.exp(self.forward(logits))
+
+    def get_extra_state(self) -> dict[str, Any]:
+        state = {"_is_fitted": getattr(self, "_is_fitted", False)}
+        for name in self._fitted_names:
+            if hasattr(self, name):
+                state[name] = getattr(self, name)
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+class TemperatureScaling(_Calibrator):
+    r"""Temperature scaling: ``p = softmax(z / T)`` with one scalar ``T > 0`` fitted on held-out data.
+
+    Parameters
+    ----------
+    criterion : {"nll", "ece", "ece_mass", "focal"}
+        What ``T`` minimises on the fitting set:
+
+        * ``"nll"`` (Guo et al. 2017): the mean negative log-likelihood. ``NLL(1/T)`` is convex in
+          ``beta = 1/T`` (a log-sum-exp of linear functions), so its derivative
+          ``mean(E_softmax[z] - z_y)`` is increasing in ``beta`` and its root is found by Brent's
+          method on ``log T`` in ``bounds``, in float64 (no gradient steps that could stop early
+          or leave ``T > 0``). If the derivative has no sign change in ``bounds`` the minimiser lies
+          outside and the nearer bound is returned (e.g. a perfectly classified fitting set, whose
+          NLL keeps falling as ``T -> 0``). With ``grid`` given, the grid point of least NLL is
+          taken instead (the protocol of Komisarenko & Kull 2024, Sec. 5.1).
+        * ``"ece"`` (Mukhoti et al. 2020): equal-width ``n_bins``-bin ECE, by grid search over
+          ``grid`` (default :data:`MUKHOTI_TEMPERATURES` = 0.1, 0.2, ..., 10).
+        * ``"ece_mass"``: the same with equal-mass bins (K&K's criterion).
+        * ``"focal"`` (Charoenphakdee et al. 2021, **TS_FL**): the mean focal loss
+          :math:`-(1-q_y)^\gamma\log q_y` of ``softmax(z / T)`` with ``gamma`` (the training
+          ``gamma``), computed in log space. It need not be unimodal in ``T``, so it is evaluated on
+          201 log-spaced temperatures in ``bounds`` and refined by bounded Brent search between
+          the neighbours of the best one (or taken on ``grid`` when given).
+    grid : sequence of float, optional
+        Candidate temperatures (all ``> 0``). Required shape: 1-D. Ties: see the module docstring.
+    gamma : float, optional
+        Focal-loss ``gamma >= 0``; required with ``criterion="focal"``, not allowed otherwise.
+    psi : bool
+        Only with ``criterion="focal"``. Charoenphakdee et al. report TS_FL both without
+        ("ECE-raw": the TS_FL paradigm itself outputs ``softmax(z / T)``, the estimate of the
+        focal-risk minimiser) and with their correction ("ECE-Psi": ``Psi^gamma(softmax(z / T))``,
+        the class posterior by their Thm. 11; Fig. 6 finds it preferable). ``psi=False`` (default)
+        gives the former, ``psi=True`` the latter.
+    n_bins : int
+        Bins of the ECE criteria.
+    bounds : (float, float)
+        Search interval for ``T`` of the continuous fits (``"nll"`` and ``"focal"`` without grid).
+
+    Attributes
+    ----------
+    temperature_ : float
+        The fitted ``T``.
+    best_score_ : float
+        The criterion at ``temperature_`` on the fitting set.
+    scores_ : Tensor, shape (n_T,)
+        Grid searches only: the criterion at every grid temperature.
+    n_classes_ : int
+
+    Examples
+    --------
+    >>> ts = TemperatureScaling().fit(val_logits, val_labels)        # doctest: +SKIP
+    >>> probs = ts.predict_proba(test_logits)                       # doctest: +SKIP
+    """
+
+    _fitted_names = ("temperature_", "best_score_", "scores_", "n_classes_")
+
+    def __init__(self, criterion: str = "nll", grid: Sequence[float] | None = None, *,
+                 gamma: float | None = None, psi: bool = False, n_bins: int = 15,
+                 bounds: tuple[float, float] = (1e-2, 1e2)) -> None:
+        super().__init__()
+        self.criterion = check_choice(criterion, "criterion", TS_CRITERIA)
+        if criterion == "focal":
+            if gamma is None:
+                raise ValueError("criterion='focal' needs the focal-loss gamma (gamma >= 0), "
+                                 "e.g. TemperatureScaling('focal', gamma=3.0)")
+            self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+        else:
+            if gamma is not None:
+                raise ValueError(f"gamma is only used with criterion='focal' (got criterion={criterion!r}); "
+                                 f"for the focal map after TS use FocalTemperatureScaling")
+            if psi:
+                raise ValueError("psi=True is only meaningful with criterion='focal' (TS_FL + Psi)")
+            self.gamma = None
+        if not isinstance(psi, bool):
+            raise ValueError(f"psi must be True or False, got {psi!r}")
+        self.psi = psi
+        self.n_bins = check_int(n_bins, "n_bins")
+        self.bounds = _check_bounds(bounds)
+        if grid is None:
+            self.grid = (torch.tensor(MUKHOTI_TEMPERATURES, dtype=torch.float64)
+                         if criterion in ("ece", "ece_mass") else None)
+        else:
+            self.grid = _check_grid(grid, "grid", positive=True)
+
+    def extra_repr(self) -> str:
+        s = f"criterion={self.criterion!r}"
+        if self.gamma is not None:
+            s += f", gamma={self.gamma:g}, psi={self.psi}"
+        if getattr(self, "_is_fitted", False):
+            s += f", temperature_={self.temperature_:.6g}"
+        return s
+
+    def fit(self, logits: Any, labels: Any) -> TemperatureScaling:
+        """Fit ``T`` on ``logits`` of shape ``(N, K)`` and ``labels`` of shape ``(N,)``; return ``self``."""
+        z, y = _check_fit_args(logits, labels)
+        gamma = 0.0 if self.gamma is None else self.gamma
+        self.scores_ = None
+        if self.grid is not None:
+            scores = _ts_grid_scores(z, y, self.grid, self.criterion, gamma, self.n_bins)
+            i = _select(scores, torch.zeros_like(self.grid), self.grid)
+            self.temperature_, self.best_score_ = float(self.grid[i]), float(scores[i])
+            self.scores_ = scores
+        elif self.criterion == "nll":
+            self.temperature_ = self._fit_nll(z, y)
+            self.best_score_ = float(_ts_grid_scores(
+                z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self.n_bins)[0])
+        else:
+            self.temperature_, self.best_score_ = self._fit_focal(z, y, gamma)
+        self.n_classes_ = int(z.shape[1])
+        self._is_fitted = True
+        return self
+
+    def _fit_nll(self, z: torch.Tensor, y: torch.Tensor) -> float:
+        lo, hi = self.bounds
+
+        def slope(log_t: float) -> float:  # decreasing in log T
+            return _nll_slope(z, y, math.exp(-log_t))
+
+        s_lo, s_hi = slope(math.log(lo)), slope(math.log(hi))
+        if s_lo <= 0:  # NLL still falling at T_min: the minimiser is below the bounds
+            return lo
+        if s_hi >= 0:  # NLL still falling at T_max
+            return hi
+        return math.exp(brentq(slope, math.log(lo), math.log(hi), xtol=1e-13, rtol=1e-14, maxiter=200))
+
+    def _fit_focal(self, z: torch.Tensor, y: torch.Tensor, gamma: float) -> tuple[float, float]:
+        lo, hi = self.bounds
+        taus = torch.linspace(math.log(lo), math.log(hi), 201, dtype=torch.float64)
+        risk = _focal_risk(z, y, taus.exp(), gamma)
+        i = int(torch.argmin(risk))
+        a, b = float(taus[max(i - 1, 0)]), float(taus[min(i + 1, len(taus) - 1)])
+        res = minimize_scalar(lambda t: float(_focal_risk(z, y, torch.tensor([math.exp(t)],
+                                                                             dtype=torch.float64), gamma)[0]),
+                              bounds=(a, b), method="bounded", options={"xatol": 1e-10})
+        if float(res.fun) <= float(risk[i]):
+            return math.exp(float(res.x)), float(res.fun)
+        return math.exp(float(taus[i])), float(risk[i])
+
+    def forward(self, logits: Any) -> torch.Tensor:
+        """Log-probabilities ``log softmax(logits / T)`` (or their Psi image), shape ``(..., K)``."""
+        self._require_fitted()
+        z = self._check_predict_logits(logits)
+        if self.psi:
+            return maps.log_focal_map_from_logits(z, self.gamma, self.temperature_)
+        return torch.log_softmax(z / self.temperature_, dim=-1)
+
+
+class FocalTemperatureScaling(_Calibrator):
+    r"""Focal temperature scaling (Komisarenko & Kull 2024, Sec. 4.2).
+
+    ``p = focal_map(softmax(z / T), gamma_ev)`` (:func:`focalcal.maps.focal_map_from_logits`: the
+    focal calibration map of their Prop. 4, Eq. (1), after temperature scaling), with the pair
+    ``(gamma_ev, T)`` chosen jointly to minimise ``criterion`` on the fitting set. The argmax is
+    never changed, so accuracy is that of the logits.
+
+    Parameters
+    ----------
+    gammas : sequence of float, each ``> -1``
+        Candidate ``gamma_ev`` (default: the paper's ``-0.5, -0.25, 0.05, 0.25, 0.37, 0.5, 0.75,
+        1, 5``). ``0`` would be plain TS.
+    temperatures : sequence of float, each ``> 0``, optional
+        Candidate ``T`` (default: the paper's ``0.01, 0.02, ..., 5``).
+    criterion : {"ece_mass", "ece", "nll"}
+        Equal-mass ``n_bins``-bin ECE (the paper's ECE), equal-width ECE, or NLL (the paper's
+        "log-loss" selection).
+    search : {"grid", "line"}
+        ``"grid"``: all ``len(gammas) * len(temperatures)`` pairs (the paper's experiments),
+        evaluated in one vectorised pass (see the module docstring).
+        ``"line"``: the cheaper "3m" search of Sec. 5.2. With ``m = len(temperatures)``:
+
+        1. for each of the two anchors ``line_gammas = (g1, g2)`` the best ``T`` on the
+           temperature grid (``2m`` evaluations), giving ``(g1, T1)`` and ``(g2, T2)``;
+        2. the line ``T(gamma) = T1 + (T2 - T1) (gamma - g1) / (g2 - g1)`` through them (the optimal
+           pairs lie close to a line in the ``(gamma_ev, T)`` plane, their Fig. 8);
+        3. ``m`` points along it: ``gamma`` equally spaced over ``[min(gammas), max(gammas)]``
+           and ``T(gamma)`` clipped to ``[min(temperatures), max(temperatures)]`` (``m``
+           evaluations);
+        4. the best of all ``3m`` evaluated pairs (ties as in the module docstring).
+
+        The paper leaves the anchors and the parametrisation of the line open ("two arbitrary
+        gamma_ev"); the default anchors are ``gamma = 0`` (plain TS) and ``gamma = 1``.
+    n_bins : int
+        Bins of the ECE criteria (15 in the paper).
+    line_gammas : (float, float)
+        The two anchor gammas of ``search="line"`` (distinct, each ``> -1``).
+
+    Attributes
+    ----------
+    gamma_ : float
+    temperature_ : float
+    best_score_ : float
+        The criterion of the selected pair on the fitting set.
+    scores_ : Tensor, shape (len(gammas), len(temperatures))
+        ``search="grid"``: the whole score grid.
+    candidates_ : Tensor, shape (n_evaluated, 3)
+        Every evaluated ``(gamma, T, score)`` in evaluation order (for ``"grid"``: gamma-major).
+    line_ : tuple (float, float)
+        ``search="line"``: intercept and slope of ``T(gamma) = intercept + slope * gamma``.
+    n_classes_ : int
+    """
+
+    _fitted_names = ("gamma_", "temperature_", "best_score_", "scores_", "candidates_", "line_",
+                     "n_classes_")
+
+    def __init__(self, gammas: Sequence[float] = KK_GAMMAS, temperatures: Sequence[float] | None = None,
+                 *, criterion: str = "ece_mass", search: str = "grid", n_bins: int = 15,
+                 line_gammas: tuple[float, float] = (0.0, 1.0)) -> None:
+        super().__init__()
+        self.gammas = _check_grid(gammas, "gammas", lower=-1.0)
+        self.temperatures = _check_grid(KK_TEMPERATURES if temperatures is None else temperatures,
+                                        "temperatures", positive=True)
+        self.criterion = check_choice(criterion, "criterion", FTS_CRITERIA)
+        self.search = check_choice(search, "search", FTS_SEARCHES)
+        self.n_bins = check_int(n_bins, "n_bins")
+        lg = _check_grid(line_gammas, "line_gammas", lower=-1.0)
+        if lg.numel() != 2 or float(lg[0]) == float(lg[1]):
+            raise ValueError(f"line_gammas must be two distinct gammas > -1, got {line_gammas!r}")
+        self.line_gammas = (float(lg[0]), float(lg[1]))
+
+    def extra_repr(self) -> str:
+        s = f"criterion={self.criterion!r}, search={self.search!r}"
+        if getattr(self, "_is_fitted", False):
+            s += f", gamma_={self.gamma_:g}, temperature_={self.temperature_:.6g}"
+        return s
+
+    def fit(self, logits: Any, labels: Any) -> FocalTemperatureScaling:
+        """Select ``(gamma_ev, T)`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``."""
+        z, y = _check_fit_args(logits, labels)
+        prob = _TopClassProblem(z, y)
+        temps = self.temperatures
+        self.scores_, self.line_ = None, None
+        if self.search == "grid":
+            grid = _paired_scores(prob, temps, self.gammas.expand(len(temps), -1), self.criterion,
+                                  self.n_bins).T.contiguous()  # (n_gamma, n_T)
+            g_all = self.gammas.view(-1, 1).expand_as(grid).reshape(-1)
+            t_all = temps.view(1, -1).expand_as(grid).reshape(-1)
+            s_all = grid.reshape(-1)
+            self.scores_ = grid
+        else:
+            m = len(temps)
+            anchors = torch.tensor(self.line_gammas, dtype=torch.float64)
+            s_anchor = _paired_scores(prob, temps, anchors.expand(m, -1), self.criterion,
+                                      self.n_bins).T  # (2, m)
+            t_best = [float(temps[_select(s_anchor[a], anchors[a].expand(m), temps)]) for a in range(2)]
+            (g1, g2), (t1, t2) = self.line_gammas, t_best
+            slope = (t2 - t1) / (g2 - g1)
+            self.line_ = (t1 - slope * g1, slope)
+            g_line = torch.linspace(float(self.gammas.min()), float(self.gammas.max()), m,
+                                    dtype=torch.float64)
+            t_line = (t1 + slope * (g_line - g1)).clamp(float(temps.min()), float(temps.max()))
+            s_line = _paired_scores(prob, t_line, g_line.view(-1, 1), self.criterion, self.n_bins)[:, 0]
+            g_all = torch.cat([anchors[0].expand(m), anchors[1].expand(m), g_line])
+            t_all = torch.cat([temps, temps, t_line])
+            s_all = torch.cat([s_anchor[0], s_anchor[1], s_line])
+        i = _select(s_all, g_all, t_all)
+        self.gamma_, self.temperature_ = float(g_all[i]), float(t_all[i])
+        self.best_score_ = float(s_all[i])
+        self.candidates_ = torch.stack([g_all, t_all, s_all], dim=1)
+        self.n_classes_ = int(z.shape[1])
+        self._is_fitted = True
+        return self
+
+    def forward(self, logits: Any) -> torch.Tensor:
+        """Log-probabilities ``log focal_map(softmax(logits / T), gamma_ev)``, shape ``(..., K)``."""
+        self._require_fitted()
+        z = self._check_predict_logits(logits)
+        return maps.log_focal_map_from_logits(z, self.gamma_, self.temperature_)
+
+
+class PsiCorrection(_Calibrator):
+    r"""Charoenphakdee et al. (2021) correction ``Psi^gamma(softmax(z))`` for focal-trained models.
+
+    ``Psi^gamma_i(v) = h^gamma(v_i) / sum_l h^gamma(v_l)``, ``h^gamma(v) = v / phi^gamma(v)`` (their
+    Thm. 11, Eqs. 12-13) maps the focal-risk minimiser to the class posterior; it is the same map as
+    Komisarenko & Kull's focal calibration map (:func:`focalcal.maps.focal_map`). Nothing is fitted:
+    ``gamma`` is the one the network was *trained* with, and the transform is usable without
+    ``fit`` (``fit`` only validates its input and returns ``self``, so it fits in pipelines).
+
+    Parameters
+    ----------
+    gamma : float, ``>= 0``
+        The training focal-loss ``gamma``. ``0`` is the identity (cross-entropy is proper).
+    """
+
+    _fitted_names = ("n_classes_",)
+
+    def __init__(self, gamma: float) -> None:
+        super().__init__()
+        self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+        self._is_fitted = True
+
+    def extra_repr(self) -> str:
+        return f"gamma={self.gamma:g}"
+
+    def fit(self, logits: Any, labels: Any) -> PsiCorrection:
+        """Validate ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; nothing to fit. Returns ``self``."""
+        z, _ = _check_fit_args(logits, labels)
+        self.n_classes_ = int(z.shape[1])
+        return self
+
+    def forward(self, logits: Any) -> torch.Tensor:
+        """Log-probabilities ``log Psi^gamma(softmax(logits))``, shape ``(..., K)``."""
+        z = self._check_predict_logits(logits)
+        return maps.log_focal_map_from_logits(z, self.gamma)
