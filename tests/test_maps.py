@@ -344,8 +344,9 @@ def test_inverse_round_trip_both_directions(gamma, k):
         low = pt[:, 1] <= 0.5
         qb = M.binary_inverse_focal_map(pt[:, 1], gamma)
         assert torch.allclose(qb[low], q[low, 1], rtol=1e-11, atol=1e-300)
-        sat = (qb == 1) | (qb == 0)  # the minimiser's log-odds exceed float64's range
-        assert (M.binary_focal_map(qb, gamma) - pt[:, 1])[~sat].abs().max().item() < 1e-12
+        # round trip in probabilities where q itself is well represented (1 - q not near eps)
+        fine = (qb <= 0.5) | (1 - qb > 1e-6)
+        assert (M.binary_focal_map(qb, gamma) - pt[:, 1])[fine].abs().max().item() < 1e-12
 
 
 @pytest.mark.parametrize("gamma", [-0.5, 1.0, 3.0])

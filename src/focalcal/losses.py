@@ -355,12 +355,13 @@ def _ratio_log_p_over_b(u: Tensor, b: Tensor) -> Tensor:
     return torch.div(u, b).nan_to_num_(nan=0.0)
 
 
-def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor]
+def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor], positive: bool = False
                ) -> Callable[[Tensor, Any], tuple[Tensor, Tensor]]:
     """phi for ``-(1 + s p)^gamma log p`` with ``s = -1`` (focal) or ``s = +1`` (inverse focal).
 
     ``dphi/du = -b^gamma (1 + gamma s p u / b)`` with ``b = 1 + s p``. ``sign`` is ``-1.0``,
-    ``+1.0`` or, per sample, ``(s, is_inverse)`` tensors.
+    ``+1.0`` or, per sample, ``(s, is_inverse)`` tensors; ``positive`` says that a per-sample
+    ``gamma`` is > 0 everywhere.
     """
 
     def phi(u2: Tensor, aux: Any = None) -> tuple[Tensor, Tensor]:
@@ -374,7 +375,9 @@ def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor]
         else:
             s, b = -1.0, torch.expm1(u).neg_()
         if isinstance(gamma, Tensor):
-            bg = torch.pow(b, gamma)
+            # exp(gamma log b) is vectorised (pow with a tensor exponent is not) and gives 0 at
+            # b = 0 for gamma > 0; a gamma of 0 needs pow's 0**0 = 1
+            bg = torch.exp(gamma * torch.log(b)) if positive else torch.pow(b, gamma)
             q = bg * p * (gamma * s)
             dphi = torch.addcmul(bg, q, _ratio_log_p_over_b(u, b))
         elif gamma == 0.0:
@@ -392,11 +395,13 @@ def _focal_family(batch: _Batch, gamma: float | Callable[[Tensor], Any], inverse
     """Focal (``inverse=False``) or inverse focal loss; ``gamma`` may be a function of the
     detached ``log p_t`` returning per-sample ``gamma`` or ``(|gamma|, (s, is_inverse))``."""
     if callable(gamma):
+        positive = bool(getattr(gamma, "positive", False))
+
         def phi(u2: Tensor, aux: Any = None) -> tuple[Tensor, Tensor]:
             g = gamma(u2.squeeze(1))
             if isinstance(g, tuple):
-                return _phi_focal(g[0], g[1])(u2)
-            return _phi_focal(g, 1.0 if inverse else -1.0)(u2)
+                return _phi_focal(g[0], g[1], positive)(u2)
+            return _phi_focal(g, 1.0 if inverse else -1.0, positive)(u2)
         fn = phi
     else:
         fn = _phi_focal(gamma, 1.0 if inverse else -1.0)
@@ -514,22 +519,28 @@ def _check_schedule(schedule: Any) -> tuple[tuple[float, float], ...]:
 
 
 def _schedule_gamma_fn(pairs: tuple[tuple[float, float], ...]) -> Callable[[Tensor], Tensor]:
-    # compare log p_t with log thresholds: no exp, and exact for p_t that round to 1
+    # gamma(p_t) = gamma_last + sum_k (gamma_k - gamma_{k+1}) [log p_t < log th_k]: comparisons of
+    # log p_t with log thresholds (no exp, exact for p_t that round to 1), written into a float
+    # buffer (bool outputs and bucketize are several times slower on the CPU)
     log_edges = [math.log(th) for th, _ in pairs[:-1]]
     gammas = [g for _, g in pairs]
+    steps = [gammas[i] - gammas[i + 1] for i in range(len(log_edges))]
 
     cache: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
 
     def gamma_of(u: Tensor) -> Tensor:
+        if not log_edges:
+            return torch.full_like(u, gammas[-1])
         key = (u.dtype, u.device)
         if key not in cache:
-            cache[key] = (torch.tensor(gammas, dtype=u.dtype, device=u.device),
-                          torch.tensor(log_edges, dtype=u.dtype, device=u.device))
-        g, edges = cache[key]
-        if not log_edges:
-            return g.expand_as(u)
-        return g[torch.bucketize(u, edges, right=True)]
+            cache[key] = (torch.tensor(log_edges, dtype=u.dtype, device=u.device),
+                          torch.tensor(steps, dtype=u.dtype, device=u.device))
+        edges, d = cache[key]
+        hit = torch.empty((u.shape[0], len(log_edges)), dtype=u.dtype, device=u.device)
+        torch.lt(u.unsqueeze(1), edges, out=hit)
+        return torch.addmv(torch.full_like(u, gammas[-1]), hit, d)
 
+    gamma_of.positive = min(gammas) > 0  # type: ignore[attr-defined]
     return gamma_of
 
 
@@ -725,16 +736,17 @@ def dual_focal_loss(logits: Any, target: Any, gamma: float = 5.0, *, variant: st
 
 def _adafocal_gamma_fn(bin_edges: Tensor, gammas: Tensor
                        ) -> Callable[[Tensor], tuple[Tensor, tuple[Tensor, Tensor]]]:
-    # per-bin tables once per call; per sample only a bucketize and three lookups.
-    # log p_t is compared with log edges (log 0 = -inf is a valid boundary)
+    # log p_t is compared with log edges (log 0 = -inf is a valid boundary); one bucketize and
+    # one lookup of the signed gamma per sample
     log_inner = torch.log(bin_edges[1:-1].to(torch.float64))
 
     def gamma_of(u: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        g = gammas.to(u.device, u.dtype)
         idx = torch.bucketize(u, log_inner.to(u.device, u.dtype), right=True)
-        inv = g < 0
-        return g.abs()[idx], (torch.where(inv, 1.0, -1.0).to(u.dtype)[idx], inv[idx])
+        g = torch.take(gammas.to(u.device, u.dtype), idx)
+        # s = -1 (focal) for gamma > 0, +1 (inverse focal) for gamma < 0
+        return g.abs(), (torch.sign(g).neg_(), g < 0)
 
+    gamma_of.positive = bool((gammas != 0).all())  # type: ignore[attr-defined]
     return gamma_of
 
 

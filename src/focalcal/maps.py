@@ -675,29 +675,34 @@ def _ell_prime(s: torch.Tensor, gv: float) -> torch.Tensor:
 
 def _solve_bracketed(fun, lo: torch.Tensor, hi: torch.Tensor, x0: torch.Tensor,
                      rtol: float = 4 * 2.0 ** -52, maxiter: int = 200) -> torch.Tensor:
-    """Vectorised safeguarded Newton (Newton inside the bracket, bisection otherwise).
+    """Vectorised safeguarded Newton ("rtsafe": Newton inside the bracket, bisection otherwise).
 
-    ``fun(x) -> (f, f')`` with ``f(lo) <= 0 <= f(hi)`` elementwise; the bracket shrinks every step,
-    so it converges for any continuous ``f``. An element stops when its step is below ``rtol``
-    (relative), when its bracket is that narrow, or when Newton steps below ``1e4 rtol`` stop
-    halving (the rounding floor of ``f`` has been reached); stopped elements are frozen.
+    ``fun(x) -> (f, f')`` with ``f(lo) <= 0 <= f(hi)`` elementwise. A Newton step is taken only if
+    it lands strictly inside the current bracket and is less than half the step before last;
+    otherwise the bracket is bisected, so it converges for any continuous ``f``. An element stops
+    when its step is below ``rtol`` (relative), when its bracket is that narrow, or when Newton
+    steps below ``1e4 rtol`` stop halving (the rounding floor of ``f``); stopped elements are frozen.
     """
     x = torch.minimum(torch.maximum(x0, lo), hi)
     active = torch.ones_like(x, dtype=torch.bool)
     prev = torch.full_like(x, math.inf)
+    dx_old = hi - lo
     for _ in range(maxiter):
         f, df = fun(x)
         lo = torch.where(active & (f <= 0), x, lo)
         hi = torch.where(active & (f >= 0), x, hi)
-        newton = x - f / df
-        # inclusive: at the root to rounding, Newton returns x itself, which is a bracket end
-        ok = torch.isfinite(newton) & (newton >= lo) & (newton <= hi)
+        newton_step = f / df
+        newton = x - newton_step
+        scale = 1 + x.abs()
+        tiny = newton_step.abs() <= rtol * scale  # at the root to rounding: accept even on an end
+        ok = torch.isfinite(newton) & (((newton > lo) & (newton < hi)
+                                        & (2 * newton_step.abs() <= dx_old.abs())) | tiny)
         xn = torch.where(ok, newton, 0.5 * (lo + hi))
         xn = torch.where(f == 0, x, xn)
         step = (xn - x).abs()
-        scale = 1 + x.abs()
         conv = ((step <= rtol * scale) | ((hi - lo) <= rtol * scale)
                 | (ok & (step <= 1e4 * rtol * scale) & (step >= 0.5 * prev)))
+        dx_old = torch.where(active, prev, dx_old)
         x = torch.where(active, xn, x)
         prev = torch.where(active, step, prev)
         active = active & ~conv

@@ -1,0 +1,331 @@
+"""focalcal.report: run loading, the post-hoc protocol, Table-1 aggregation, training histories."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from focalcal import metrics, report
+from focalcal.io import atomic_torch_save, atomic_write_json
+from focalcal.posthoc import KK_TEMPERATURES, PsiCorrection
+
+matplotlib.use("Agg")
+
+
+def overconfident_logits(n: int, k: int = 5, scale: float = 3.0, seed: int = 0):
+    """Logits drawn from a known model, then sharpened by ``scale`` (over-confident)."""
+    g = torch.Generator().manual_seed(seed)
+    true = torch.randn(n, k, generator=g, dtype=torch.float64) * 1.5
+    y = torch.multinomial(torch.softmax(true, -1), 1, generator=g).squeeze(1)
+    return true * scale, y
+
+
+# ------------------------------------------------------------------------------ small helpers ---
+
+def test_temperature_grid_is_kk_grid_and_validates():
+    assert report.temperature_grid() == KK_TEMPERATURES
+    assert report.temperature_grid(50) == tuple(k / 10 for k in range(1, 51))
+    assert report.temperature_grid(4, 2.0) == (0.5, 1.0, 1.5, 2.0)
+    with pytest.raises(ValueError, match="n must be an integer"):
+        report.temperature_grid(0)
+    with pytest.raises(ValueError, match="t_max"):
+        report.temperature_grid(10, -1.0)
+
+
+def test_training_gamma_only_for_plain_focal():
+    assert report.training_gamma("focal", {"gamma": 2.0}) == 2.0
+    assert report.training_gamma("focal") == 3.0  # FocalLoss's default
+    for name in ("ce", "inverse_focal", "flsd53", "dual_focal", "brier", "flsc531", "adafocal"):
+        assert report.training_gamma(name) == 0.0, name
+    with pytest.raises(ValueError, match="valid names: ce, focal"):
+        report.training_gamma("focall")
+    with pytest.raises(ValueError, match="valid parameters: gamma"):
+        report.training_gamma("focal", {"gama": 1.0})
+
+
+def test_runs_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("FOCALCAL_RUNS", str(tmp_path))
+    assert report.runs_dir() == tmp_path
+    monkeypatch.delenv("FOCALCAL_RUNS")
+    assert report.runs_dir().parts[-2:] == ("runs", "cpu")
+    assert report.runs_dir("elsewhere") == report.Path("elsewhere")
+
+
+# ---------------------------------------------------------------------------------- metrics ---
+
+def test_metric_row_matches_direct_formulas():
+    z, y = overconfident_logits(600, k=4, seed=1)
+    row = report.metric_row(y, z)
+    p = torch.softmax(z, -1).numpy()
+    yn = y.numpy()
+    n = len(yn)
+    assert row["accuracy"] == pytest.approx(np.mean(p.argmax(1) == yn), abs=1e-12)
+    assert row["nll"] == pytest.approx(-np.mean(np.log(p[np.arange(n), yn])), rel=1e-10)
+    onehot = np.eye(4)[yn]
+    assert row["brier"] == pytest.approx(np.mean(((p - onehot) ** 2).sum(1)), rel=1e-10)
+    # slow equal-width and equal-mass ECE: loop over bins
+    conf, correct = p.max(1), (p.argmax(1) == yn).astype(float)
+    width = 0.0
+    for b in range(15):
+        lo, hi = b / 15, (b + 1) / 15
+        m = (conf > lo) & (conf <= hi) if b else (conf >= 0) & (conf <= hi)
+        if m.any():
+            width += m.sum() / n * abs(conf[m].mean() - correct[m].mean())
+    order = np.argsort(conf, kind="stable")
+    mass = 0.0
+    for b in range(15):
+        idx = order[b * n // 15:(b + 1) * n // 15]  # n = 600 is a multiple of 15: no ties issue
+        mass += len(idx) / n * abs(conf[idx].mean() - correct[idx].mean())
+    assert row["ece_width"] == pytest.approx(width, abs=1e-12)
+    assert row["ece_mass"] == pytest.approx(mass, abs=1e-12)
+    assert row["classwise_ece"] == pytest.approx(metrics.classwise_ece(y, logits=z), abs=1e-12)
+    with pytest.raises(ValueError, match="log_probs"):
+        report.metric_row(y, z[None])
+
+
+# -------------------------------------------------------------------------------- calibrate ---
+
+@pytest.fixture(scope="module")
+def calibrated():
+    zv, yv = overconfident_logits(1500, seed=2)
+    zt, yt = overconfident_logits(1500, seed=3)
+    temps = report.temperature_grid(60, 6.0)
+    cal = report.calibrate(zv, yv, zt, yt, train_gamma=2.0, temperatures=temps,
+                           gammas=(-0.25, 0.0, 0.5, 1.0))
+    return cal, (zv, yv, zt, yt, temps)
+
+
+def test_calibrate_rows_protocol(calibrated):
+    cal, (zv, yv, zt, yt, temps) = calibrated
+    rows = {r["method"]: r for r in cal.rows}
+    assert [r["method"] for r in cal.rows] == list(report.METHODS)
+    json.dumps(cal.rows, allow_nan=False)  # strict JSON: what calibration.json must hold
+    # no calibrator changes the argmax
+    assert len({r["accuracy"] for r in cal.rows}) == 1
+    # TS (NLL): the grid temperature of least validation NLL (direct search)
+    nlls = [metrics.nll(yv, logits=zv / t) for t in temps]
+    assert rows["TS (NLL)"]["temperature"] == temps[int(np.argmin(nlls))]
+    assert rows["TS (NLL)"]["val_score"] == pytest.approx(min(nlls), rel=1e-9)
+    eces = [metrics.ece(yv, logits=zv / t, binning="mass") for t in temps]
+    assert rows["TS (ECE)"]["val_score"] == pytest.approx(min(eces), abs=1e-12)
+    assert rows["TS (ECE)"]["gamma_ev"] == 0.0 and rows["TS (NLL)"]["criterion"] == "nll"
+    # the focal-TS grid contains gamma = 0, so it can only do at least as well on validation
+    for crit in ("NLL", "ECE"):
+        assert rows[f"focal TS ({crit})"]["val_score"] <= rows[f"TS ({crit})"]["val_score"] + 1e-12
+    # the logits are 3x sharpened: TS must soften (T > 1) and lower the test NLL and ECE a lot
+    assert rows["TS (NLL)"]["temperature"] > 2.0
+    assert rows["TS (NLL)"]["nll"] < 0.8 * rows["uncalibrated"]["nll"]
+    assert rows["TS (ECE)"]["ece_mass"] < 0.5 * rows["uncalibrated"]["ece_mass"]
+    assert rows["Psi"]["gamma_ev"] == 2.0 and rows["Psi"]["temperature"] == 1.0
+    assert rows["uncalibrated"]["n_val"] == 1500 and rows["uncalibrated"]["n_test"] == 1500
+    assert cal.frame().loc["TS (ECE)", "family"] == "TS"
+
+
+def test_calibrate_log_probs_match_rows_and_apply_calibration(calibrated):
+    cal, (zv, yv, zt, yt, temps) = calibrated
+    psi = PsiCorrection(2.0)(zt)
+    torch.testing.assert_close(cal.log_probs["Psi"], psi)
+    for row in cal.rows:
+        lp = cal.log_probs[row["method"]]
+        assert lp.dtype == torch.float64 and lp.shape == zt.shape
+        assert torch.isfinite(lp).all()
+        assert report.metric_row(yt, lp) == pytest.approx({k: row[k] for k in report.METRICS}, abs=1e-12)
+        # a stored row reproduces its predictions without refitting
+        again = report.apply_calibration(row, zt.float())
+        torch.testing.assert_close(again.exp(), lp.exp(), atol=1e-6, rtol=0)
+
+
+def test_calibrate_float32_and_psi_identity():
+    zv, yv = overconfident_logits(400, seed=4)
+    zt, yt = overconfident_logits(300, seed=5)
+    temps = report.temperature_grid(20, 4.0)
+    c64 = report.calibrate(zv, yv, zt, yt, temperatures=temps, gammas=(0.0, 1.0))
+    c32 = report.calibrate(zv.float(), yv, zt.float(), yt, temperatures=temps, gammas=(0.0, 1.0))
+    for a, b in zip(c64.rows, c32.rows):
+        assert a["temperature"] == b["temperature"] and a["gamma_ev"] == b["gamma_ev"]
+        assert a["nll"] == pytest.approx(b["nll"], rel=1e-5)
+    rows = {r["method"]: r for r in c64.rows}
+    # train_gamma = 0: Psi is the identity
+    assert {k: rows["Psi"][k] for k in report.METRICS} == pytest.approx(
+        {k: rows["uncalibrated"][k] for k in report.METRICS}, abs=1e-12)
+
+
+def test_calibrate_extreme_logits_stay_finite():
+    zv, yv = overconfident_logits(300, seed=6)
+    zt, yt = overconfident_logits(300, seed=7)
+    cal = report.calibrate(zv * 1e3, yv, zt * 1e3, yt, train_gamma=3.0,
+                           temperatures=report.temperature_grid(10), gammas=(0.0, 5.0))
+    json.dumps(cal.rows, allow_nan=False)
+    assert all(math.isfinite(r["nll"]) for r in cal.rows)
+
+
+def test_calibrate_bad_input():
+    z, y = overconfident_logits(50)
+    with pytest.raises(ValueError, match="same K"):
+        report.calibrate(z, y, z[:, :3], y.clamp(max=2))
+    with pytest.raises(ValueError, match="val_labels"):
+        report.calibrate(z, y[:10], z, y)
+    with pytest.raises(ValueError, match="test_logits"):
+        report.calibrate(z, y, z * float("nan"), y)
+
+
+# --------------------------------------------------------------------------------- run folder ---
+
+def write_run(d, *, history=True):
+    z, y = overconfident_logits(120, seed=8)
+    atomic_write_json(d / "config.json", {"config": {"dataset": "gaussian_mixture", "model": "mlp",
+                                                     "loss": "focal", "loss_params": '{"gamma": 1.0}',
+                                                     "seed": 0}})
+    atomic_torch_save({"val_logits": z[:60].float(), "val_labels": y[:60],
+                       "test_logits": z[60:].float(), "test_labels": y[60:]}, d / "logits.pt")
+    if history:
+        atomic_write_json(d / "history.json", {"grad_norm_edges": [], "records": [{"epoch": 1}]})
+
+
+def test_load_run_roundtrip_and_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        report.load_run(tmp_path)
+    write_run(tmp_path)
+    run = report.load_run(tmp_path)
+    assert run.loss_params == {"gamma": 1.0}
+    assert run.val_logits.shape == (60, 5) and run.test_labels.shape == (60,)
+    assert run.history == [{"epoch": 1}] and run.calibration is None
+    atomic_torch_save({"val_logits": run.val_logits, "val_labels": run.val_labels}, tmp_path / "logits.pt")
+    with pytest.raises(ValueError, match="test_logits"):
+        report.load_run(tmp_path)
+
+
+# ---------------------------------------------------------------------------------- Table 1 ---
+
+def fake_results() -> pd.DataFrame:
+    """Two losses x two seeds (one loss with a single seed) with known numbers."""
+    rows = []
+    spec = {"dataset": "fashion_mnist", "model": "cnn", "epochs": 3}
+    for label, seeds in (("cross-entropy", (0, 1)), ("focal (gamma=3)", (0,))):
+        for s in seeds:
+            run = f"{label}-{s}"
+            base = {"run": run, "loss_label": label, "seed": s, **spec}
+            acc = 0.90 + 0.01 * s
+            for method, nll, ece, t, g in (
+                    ("uncalibrated", 0.40 + s * 0.02, 0.050, 1.0, 0.0),
+                    ("TS (NLL)", 0.30 + s * 0.02, 0.030, 1.2 + 0.2 * s, 0.0),
+                    ("TS (ECE)", 0.31, 0.020 + 0.004 * s, 1.3, 0.0),
+                    ("focal TS (NLL)", 0.29, 0.025, 1.1, 0.5),
+                    ("focal TS (ECE)", 0.32, 0.010 + 0.002 * s, 1.4, -0.25 if s == 0 else 0.5),
+                    ("Psi", 0.40, 0.050, 1.0, 0.0)):
+                if label.startswith("focal"):
+                    ece = ece * 2 if method == "focal TS (ECE)" else ece  # focal TS worse here
+                rows.append({**base, "method": method, "accuracy": acc, "nll": nll, "ece_mass": ece,
+                             "temperature": t, "gamma_ev": g})
+    return pd.DataFrame(rows)
+
+
+def test_table1_means_stds_and_selected_parameters():
+    t = report.table1(fake_results())
+    assert list(t["calibration"]) == ["uncalibrated", "TS", "focal TS"] * 2
+    ce = t[t["loss_label"] == "cross-entropy"].set_index("calibration")
+    assert ce.loc["TS", "n_seeds"] == 2
+    assert ce.loc["TS", "accuracy_mean"] == pytest.approx(0.905)
+    assert ce.loc["TS", "accuracy_std"] == pytest.approx(np.std([0.90, 0.91], ddof=1))
+    assert ce.loc["TS", "nll_mean"] == pytest.approx(0.31)           # from TS (NLL)
+    assert ce.loc["TS", "nll_temperature"] == pytest.approx(1.3)     # mean of 1.2, 1.4
+    assert ce.loc["TS", "ece_mean"] == pytest.approx(0.022)          # from TS (ECE)
+    assert ce.loc["TS", "ece_std"] == pytest.approx(np.std([0.020, 0.024], ddof=1))
+    # gamma_ev selected -0.25 and 0.5 once each: the tie goes to the smaller |gamma|
+    assert ce.loc["focal TS", "ece_gamma_ev"] == -0.25
+    assert ce.loc["focal TS", "nll_gamma_ev"] == 0.5
+    fo = t[t["loss_label"] == "focal (gamma=3)"].set_index("calibration")
+    assert fo.loc["TS", "n_seeds"] == 1 and math.isnan(fo.loc["TS", "ece_std"])
+    # filtering and ordering by losses; unknown labels skipped
+    t2 = report.table1(fake_results(), losses=["focal (gamma=3)", "nope", "cross-entropy"])
+    assert list(dict.fromkeys(t2["loss_label"])) == ["focal (gamma=3)", "cross-entropy"]
+    assert report.table1(fake_results(), dataset="cifar10").empty
+
+
+def test_format_table1_and_compare():
+    t = report.table1(fake_results())
+    f = report.format_table1(t)
+    assert list(f.columns) == ["approach", "accuracy (%)", "log-loss (T)", "ECE (%) (T)"]
+    assert f.loc[1, "approach"] == "cross-entropy + TS"
+    assert f.loc[1, "accuracy (%)"] == f"90.50 ± {100 * np.std([0.90, 0.91], ddof=1):.2f}"
+    assert f.loc[1, "log-loss (T)"].endswith("(1.30)")
+    assert f.loc[2, "approach"] == "  + focal TS, γ_ev = -0.25"
+    assert "±" not in f.loc[4, "ECE (%) (T)"]  # a single seed has no spread
+    cmp = report.compare_calibrations(t)
+    assert list(cmp["loss_label"]) == ["cross-entropy", "focal (gamma=3)"]
+    assert list(cmp["lower"]) == [True, False]
+    assert cmp.loc[0, "difference"] == pytest.approx(0.011 - 0.022)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        report.compare_calibrations(t, metric="brier")
+
+
+def test_describe_and_representative_runs():
+    r = fake_results()
+    d = report.describe_runs(r)
+    assert list(d["runs"]) == [2, 1] and list(d["seeds"]) == ["0, 1", "0"]
+    assert report.representative_runs(r) == {"cross-entropy": "cross-entropy-0",
+                                             "focal (gamma=3)": "focal (gamma=3)-0"}
+
+
+def test_load_results_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="focalcal.sweep"):
+        report.load_results(tmp_path)
+
+
+# -------------------------------------------------------------------------------- histories ---
+
+def fake_histories() -> pd.DataFrame:
+    rows = []
+    for run, nll, err in (("a", [1.0, 0.5, 0.6, 0.7], [0.5, 0.3, 0.25, 0.2]),
+                          ("b", [1.0, 0.8, 0.6, 0.5], [0.5, 0.4, 0.3, 0.2]),
+                          ("c", [1.0, 0.5, 0.6, 0.7], [0.5, 0.2, 0.25, 0.3])):
+        for e, (v, r) in enumerate(zip(nll, err), start=1):
+            rows.append({"run": run, "loss_label": "cross-entropy" if run != "b" else "focal (gamma=3)",
+                         "seed": 0, "epoch": e, "test_nll": v, "test_error": r, "test_ece": 0.01 * e})
+    return pd.DataFrame(rows)
+
+
+def test_nll_overfitting():
+    o = report.nll_overfitting(fake_histories()).set_index("run")
+    assert o.loc["a", "best_epoch"] == 2 and o.loc["a", "nll_rise"] == pytest.approx(0.2)
+    assert o.loc["a", "error_drop"] == pytest.approx(0.1) and o.loc["a", "overfits"]
+    assert o.loc["b", "best_epoch"] == 4 and o.loc["b", "nll_rise"] == 0 and not o.loc["b", "overfits"]
+    assert not o.loc["c", "overfits"]  # NLL rises but so does the error: ordinary overfitting
+    assert o.loc["a", "ece_final"] == pytest.approx(0.04)
+
+
+def test_load_histories(tmp_path):
+    for run in ("r1", "r2"):
+        d = tmp_path / "runs" / run
+        d.mkdir(parents=True)
+        atomic_write_json(d / "history.json", {"grad_norm_edges": [1], "records": [
+            {"epoch": 1, "test_nll": 1.0, "grad_norm_hist": [1, 2]}, {"epoch": 2, "test_nll": 0.5}]})
+    res = pd.DataFrame({"run": ["r1", "r1", "r2"], "dataset": "d", "model": "m",
+                        "loss_label": ["x", "x", "y"], "seed": [0, 0, 1]})
+    h = report.load_histories(tmp_path, res)
+    assert len(h) == 4 and "grad_norm_hist" not in h.columns
+    assert list(h[h["run"] == "r2"]["test_nll"]) == [1.0, 0.5]
+
+
+def test_figures_have_labels():
+    import matplotlib.pyplot as plt
+
+    fig, axes = report.plot_training_curves(fake_histories(), metrics_=("nll", "error"))
+    assert [ax.get_xlabel() for ax in axes] == ["epoch", "epoch"]
+    assert axes[0].get_ylabel() == "test NLL (nats)"
+    labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    assert labels == ["cross-entropy", "focal (gamma=3)"]
+    plt.close(fig)
+    z, y = overconfident_logits(200, seed=9)
+    fig, axes = report.plot_reliability_panel(y, {"uncalibrated": z, "TS (ECE)": z / 3}, title="t")
+    assert axes.shape == (2, 2) and "confidence" in axes[1, 0].get_xlabel()
+    assert "TS (ECE)" in axes[0, 1].get_title()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="at least one method"):
+        report.plot_reliability_panel(y, {})
