@@ -129,7 +129,8 @@ def test_exact_limits_at_zero_and_one(gamma, h1):
     assert phi_ends[1].item() == expected_phi1
     grad_ends = M.focal_loss_term_grad(ends, gamma)
     assert grad_ends[0].item() == -math.inf
-    assert grad_ends[1].item() == -1.0 / h1 if h1 != 0 else grad_ends[1].item() == -math.inf
+    expected_grad1 = -math.inf if h1 == 0 else -1.0 / h1
+    assert grad_ends[1].item() == expected_grad1
     loss_ends = M.focal_loss_term(ends, gamma)
     assert loss_ends[0].item() == math.inf
     assert loss_ends[1].item() == (1.0 if gamma == -1 else 0.0)
@@ -396,8 +397,9 @@ def test_top_coordinate_rises_in_the_uc_region_and_binary(gamma):
         region = qmax >= M.tau_uc(gamma) if k > 2 else torch.ones_like(qmax, dtype=torch.bool)
         assert bool((pmax[region] >= qmax[region] - 1e-15).all()), (k, gamma)
     # Cor. 9 / Cor. 10 on the boundary cases: max q > 1/2 always rises
-    q = torch.tensor([[0.5000001, 0.4999999], [0.51, 0.49 - 1e-9, 1e-9]][0:1], dtype=F64)
-    assert M.focal_map(q, gamma)[0, 0] > q[0, 0]
+    for row in ([0.5000001, 0.4999999], [0.51, 0.49 - 1e-9, 1e-9]):
+        q = torch.tensor([row], dtype=F64)
+        assert M.focal_map(q, gamma)[0, 0] > q[0, 0]
 
 
 @pytest.mark.parametrize("gamma", [0.01, 0.5, 2.0, 5.0])
@@ -429,6 +431,14 @@ def test_kk_prop5_counterexample_gamma2_k10():
         assert abs(p_top - mp.mpf("0.10099384182")) < mp.mpf("1e-10")
     ours = M.focal_map(torch.tensor([[float(x) for x in q]], dtype=F64), gamma)[0, 0].item()
     assert ours == pytest.approx(float(p_top), rel=1e-13)
+    # K = 4 already fails (three near-tied leaders): gamma = 0.3, p_top - q_top = -9.309e-5
+    with mp.workdps(40):
+        q4 = [mp.mpf(x) for x in ("0.3250", "0.3249", "0.3248", "0.0253")]
+        hs4 = [x / ((1 - x) ** mp.mpf("0.3") - mp.mpf("0.3") * (1 - x) ** mp.mpf("-0.7") * x * mp.log(x)) for x in q4]
+        gap4 = hs4[0] / sum(hs4) - q4[0]
+        assert abs(gap4 - mp.mpf("-9.3090684e-5")) < mp.mpf("1e-12")
+    ours4 = M.focal_map(torch.tensor([[float(x) for x in q4]], dtype=F64), 0.3)[0, 0].item() - 0.3250
+    assert ours4 == pytest.approx(float(gap4), rel=1e-9)
     # the proof's lemma "1/l' concave" (h convex) fails: h is concave near 0
     v = torch.tensor([0.01], dtype=F64)
     d = 1e-4

@@ -306,10 +306,12 @@ def _check_temperature(temperature: Any, like: torch.Tensor) -> Any:
             raise ValueError(f"temperature must be finite and > 0, got values in "
                              f"[{float(td.min()):.4g}, {float(td.max()):.4g}]")
         try:
-            torch.broadcast_shapes(t.shape, like.shape)
-        except RuntimeError as err:
-            raise ValueError(f"temperature of shape {tuple(t.shape)} does not broadcast against "
-                             f"logits of shape {tuple(like.shape)}; use a scalar or shape (..., 1)") from err
+            fits = torch.broadcast_shapes(t.shape, like.shape) == like.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"temperature of shape {tuple(t.shape)} does not broadcast to logits of "
+                             f"shape {tuple(like.shape)}; use a scalar or shape (..., 1)")
         return t.to(device=like.device, dtype=like.dtype)
     return check_positive(temperature, "temperature")
 
@@ -487,8 +489,10 @@ def focal_map(probs: Any, gamma: GammaLike) -> torch.Tensor:
     for ``gamma > 0`` it holds when ``max q >= tau_uc(gamma)`` (Charoenphakdee Thm. 8.3, Cor. 9) and
     in every binary row, but rows with ``max q <= tau_oc(gamma)`` (possible for ``K >= 5``) have
     their top coordinate *decreased* (Thm. 8.2), e.g. ``K = 10``, ``gamma = 2``,
-    ``q = (0.101, 0.0998..., ...)`` gives ``p_top = 0.1009938``. The proof's lemma "``1/l'`` is
-    concave" fails near ``q = 0``, where ``h`` is concave.
+    ``q = (0.101, 0.0998..., ...)`` gives ``p_top = 0.1009938``; inside the ambiguous region it
+    already fails for ``K = 4``: ``gamma = 0.3``, ``q = (0.3250, 0.3249, 0.3248, 0.0253)`` gives
+    ``p_top - q_top = -9.3e-5`` (no counterexample found for ``K = 3``). The proof's lemma
+    "``1/l'`` is concave" fails near ``q = 0``, where ``h`` is concave.
 
     Notes
     -----
@@ -1044,13 +1048,14 @@ def gamma_star(p0: Any) -> Any:
 # Charoenphakdee's thresholds, K&K's temperature bounds
 # ============================================================================================
 
-def _as_gamma_array(gamma: Any, name: str, minimum: float, open_min: bool) -> tuple[np.ndarray, bool, torch.Tensor | None]:
+def _as_gamma_array(gamma: Any, name: str, minimum: float, open_min: bool) -> tuple[np.ndarray, bool]:
+    """Validate a scalar-function argument; return it as float64 NumPy and whether it was a number."""
     scalar = _is_python_scalar(gamma)
     if scalar:
         g = check_gamma(gamma, name=name, minimum=minimum)
         if open_min and g <= minimum:
             raise ValueError(f"{name} must be > {minimum:g}, got {g:g}")
-        return np.asarray(g, dtype=np.float64), True, None
+        return np.asarray(g, dtype=np.float64), True
     t = as_float_tensor(gamma, name)
     check_nonempty(t, name, min_dim=0)
     check_finite(t, name)
@@ -1058,7 +1063,7 @@ def _as_gamma_array(gamma: Any, name: str, minimum: float, open_min: bool) -> tu
     if bool(bad.any()):
         op = ">" if open_min else ">="
         raise ValueError(f"{name} must be {op} {minimum:g}, got min {float(t.min()):g}")
-    return t.detach().to(torch.float64).cpu().numpy(), False, t
+    return t.detach().to(torch.float64).cpu().numpy(), False
 
 
 def _k_mukhoti(p: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -1082,7 +1087,7 @@ def tau_oc(gamma: Any) -> Any:
     -------
     float for python-number input, else a float64 tensor of the shape of ``gamma``; in ``(0, 1/2)``.
     """
-    g, scalar, _ = _as_gamma_array(gamma, "gamma", 0.0, open_min=True)
+    g, scalar = _as_gamma_array(gamma, "gamma", 0.0, open_min=True)
     tol = {"xatol": 1e-300, "xrtol": 4 * 2.0 ** -52}
     res = _sp_elementwise.find_root(_k_mukhoti, (np.full_like(g, 1e-300), np.full_like(g, 1 - 2.0 ** -52)),
                                     args=(g,), tolerances=tol)
@@ -1112,7 +1117,7 @@ def tau_uc(gamma: Any) -> Any:
     -------
     float for python-number input, else a float64 tensor; ``tau_oc < tau_uc < 1/2``.
     """
-    g, scalar, _ = _as_gamma_array(gamma, "gamma", 0.0, open_min=True)
+    g, scalar = _as_gamma_array(gamma, "gamma", 0.0, open_min=True)
     lo = np.asarray(tau_oc(float(g)) if scalar else tau_oc(torch.as_tensor(g)).numpy(), dtype=np.float64)
     tol = {"xatol": 1e-300, "xrtol": 4 * 2.0 ** -52}
     res = _sp_elementwise.find_root(_log_phi_over_gamma, (lo, np.full_like(g, 1 - 2.0 ** -40)),
@@ -1142,7 +1147,7 @@ def ts_bounds(gamma: Any) -> Any:
     -------
     tuple ``(T_1, T_2)``: python floats for python-number input, else two float64 tensors.
     """
-    g, scalar, _ = _as_gamma_array(gamma, "gamma", -1.0, open_min=True)
+    g, scalar = _as_gamma_array(gamma, "gamma", -1.0, open_min=True)
     t1 = 1.0 / (g + 1.0)
     t2 = 1.0 / (g + 1.0 - np.log1p(g) / 2.0)
     if scalar:
