@@ -248,7 +248,8 @@ def test_flsd_bucket_boundaries_follow_section_5_1():
     for p, g in ((0.2 - 1e-9, 5.0), (0.2, 3.0), (0.5 - 1e-9, 3.0), (0.5, 2.0), (1 - 1e-12, 2.0)):
         x, t = binary_at(p)
         pt = float(probs(x)[0, 0])
-        torch.testing.assert_close(L.flsd_loss(x, t, 2.0), torch.tensor(-(1 - pt) ** g * math.log(pt), dtype=torch.float64))
+        want = torch.tensor(-(1 - pt) ** g * math.log(pt), dtype=torch.float64)
+        torch.testing.assert_close(L.flsd_loss(x, t, 2.0), want)
 
 
 def test_prop2_schedule_gives_mukhoti_gammas():
@@ -307,7 +308,8 @@ def test_dual_focal_variants_on_a_hand_case():
     t = torch.tensor([1])
     g = 3.0
     assert float(L.dual_focal_loss(x, t, g)) == pytest.approx(-(1.2 ** g) * math.log(0.3), rel=1e-12)
-    assert float(L.dual_focal_loss(x, t, g, variant="released")) == pytest.approx(-(0.9 ** g) * math.log(0.3), rel=1e-12)
+    released = float(L.dual_focal_loss(x, t, g, variant="released"))
+    assert released == pytest.approx(-(0.9 ** g) * math.log(0.3), rel=1e-12)
     # target is the smallest probability: the released weight is the focal one (eq. 26 holds)
     t2 = torch.tensor([2])
     torch.testing.assert_close(L.dual_focal_loss(x, t2, g, variant="released"), L.focal_loss(x, t2, g))
@@ -526,7 +528,8 @@ def test_selective_weights_match_eq_15_16_loop():
         k = math.ceil(cov * 60)
         tau = float(torch.sort(s).values[k - 1])
         ref = slow_selective_weights(s.numpy(), tau, nu, bins)
-        np.testing.assert_allclose(L.selective_risk_weights(s, coverage=cov, nu=nu, n_bins=bins).numpy(), ref, rtol=1e-12)
+        beta = L.selective_risk_weights(s, coverage=cov, nu=nu, n_bins=bins)
+        np.testing.assert_allclose(beta.numpy(), ref, rtol=1e-12)
     ref = slow_selective_weights(s.numpy(), 0.4, 0.05, 10)
     np.testing.assert_allclose(L.selective_risk_weights(s, threshold=0.4, nu=0.05, n_bins=10).numpy(), ref, rtol=1e-12)
 
@@ -753,7 +756,8 @@ def test_hessian_trace_penalty_value_gradient_and_protocol():
         pen(z, y, model=model)
     with pytest.raises(ValueError, match="reduction"):
         L.HessianTracePenalty(reduction="none")
-    assert float(L.hessian_trace_loss(model(x), y, model=model, lamda=0.0).detach()) == pytest.approx(float(ce.detach()))
+    plain = L.hessian_trace_loss(model(x), y, model=model, lamda=0.0)
+    assert float(plain.detach()) == pytest.approx(float(ce.detach()))
 
 
 def _trace_fn(f):
