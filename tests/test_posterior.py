@@ -216,3 +216,12 @@ def test_max_eta_overconfidence_finds_k4_but_not_k3():
     # with K = 4 over-confidence needs tau_uc(gamma) > 1/3, i.e. gamma < gamma_star(1/3) ~ 1.43
     gap_hi, _ = P.max_eta_overconfidence(4, 2.0, n_grid=400, n_random=2000)
     assert gap_hi <= 1e-12
+
+
+@pytest.mark.parametrize("k, p0", [(4, 1 / 3), (5, 1 / 4)])
+def test_max_eta_overconfidence_threshold_is_gamma_star_of_one_over_k_minus_one(k, p0):
+    # near (1/(K-1), ..., 1/(K-1), 0) the sign of the gap is that of phi(1/(K-1)) - 1
+    g_lim = maps.gamma_star(p0)
+    below, _ = P.max_eta_overconfidence(k, 0.97 * g_lim, n_grid=400, n_random=1000)
+    above, _ = P.max_eta_overconfidence(k, 1.03 * g_lim, n_grid=400, n_random=1000)
+    assert below > 1e-10 and above <= 1e-12

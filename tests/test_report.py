@@ -324,7 +324,9 @@ def test_figures_have_labels():
     plt.close(fig)
     z, y = overconfident_logits(200, seed=9)
     fig, axes = report.plot_reliability_panel(y, {"uncalibrated": z, "TS (ECE)": z / 3}, title="t")
-    assert axes.shape == (2, 2) and "confidence" in axes[1, 0].get_xlabel()
+    assert axes.shape == (2, 2) and "confidence" in fig.get_supxlabel()
+    assert axes[0, 0].get_ylabel() == "accuracy" and axes[1, 0].get_ylabel()
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) >= 2
     assert "TS (ECE)" in axes[0, 1].get_title()
     plt.close(fig)
     with pytest.raises(ValueError, match="at least one method"):

@@ -260,3 +260,48 @@ def test_refute_at_accepts_real_counterexamples_and_rejects_fake_ones():
         theory.refute_at("c", x, x, {x: 1}, relation="~")
     with pytest.raises(ValueError, match="values for"):
         theory.refute_at("c", x + sp.Symbol("y"), x, {x: 1})
+
+
+# ------------------------------------------------------------------------------------------
+# refine_worst_logits / adaptive_minimax_inverse_temperature
+# ------------------------------------------------------------------------------------------
+
+def _sharpen(z):
+    return torch.softmax(2.0 * z, -1)
+
+
+def test_refine_finds_the_peak_between_grid_points_and_stays_in_the_box():
+    coarse = theory.logit_grid(3, 4.0, 2.0)
+    dense = theory.logit_grid(3, 4.0, 0.02)
+    disc = lambda z: (torch.softmax(z, -1) - _sharpen(z)).abs().amax(-1)  # noqa: E731
+    refined = theory.refine_worst_logits(coarse, _sharpen, 1.0, spread=4.0, n_points=8, steps=200, lr=0.3)
+    assert refined.shape == (8, 3)
+    assert bool((refined[:, -1] == 0).all())
+    assert bool(((refined.max(-1).values - refined.min(-1).values) <= 4.0 + 1e-9).all())
+    assert float(disc(refined).max()) > float(disc(coarse).max()) + 1e-3
+    assert float(disc(refined).max()) == pytest.approx(float(disc(dense).max()), abs=2e-4)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_adaptive_minimax_recovers_an_exact_temperature_and_beats_the_grid(k):
+    b, err, z = theory.adaptive_minimax_inverse_temperature(lambda x: torch.softmax(1.7 * x, -1), k, spread=6.0,
+                                                            step=1.0, bounds=(0.5, 4.0), xatol=1e-9)
+    assert b == pytest.approx(1.7, abs=1e-6) and err < 1e-7
+    assert z.shape[0] > theory.logit_grid(k, 6.0, 1.0).shape[0]
+    # a map that is not TS: the adaptive error is at least the coarse-grid error at its own b
+    target = lambda x: 0.5 * torch.softmax(3 * x, -1) + 0.5 * torch.softmax(x, -1)  # noqa: E731
+    b2, err2, z2 = theory.adaptive_minimax_inverse_temperature(target, k, spread=6.0, step=1.5, bounds=(0.5, 4.0))
+    assert err2 == pytest.approx(float((torch.softmax(b2 * z2, -1) - target(z2)).abs().max()), rel=1e-12)
+    dense = theory.logit_grid(k, 6.0, 0.05)
+    b_d, err_d = theory.minimax_inverse_temperature(dense, target(dense), bounds=(0.5, 4.0))
+    assert err2 == pytest.approx(err_d, abs=2e-3) and b2 == pytest.approx(b_d, abs=2e-2)
+
+
+def test_refine_rejects_bad_arguments():
+    z = theory.logit_grid(3, 2.0, 1.0)
+    with pytest.raises(ValueError, match="inv_temperature"):
+        theory.refine_worst_logits(z, _sharpen, -1.0, spread=2.0)
+    with pytest.raises(ValueError, match="spread"):
+        theory.refine_worst_logits(z, _sharpen, 1.0, spread=0.0)
+    with pytest.raises(ValueError, match="logits"):
+        theory.refine_worst_logits(z[:, 0], _sharpen, 1.0, spread=2.0)

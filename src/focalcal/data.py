@@ -767,7 +767,7 @@ class DatasetInfo:
 
     @property
     def in_channels(self) -> int:
-        """Image channels ``C``, or the dimension ``d`` of vector inputs (what :func:`make_model`
+        """Image channels ``C``, or the dimension ``d`` of vector inputs (what :func:`focalcal.models.make_model`
         takes as ``in_channels``, also for the MLP)."""
         return self.input_shape[0]
 

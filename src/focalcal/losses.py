@@ -41,7 +41,7 @@ Non-finite logits raise ``ValueError`` (checked lazily: only when the loss comes
 so the hot path pays for one ``isfinite`` on the reduced loss, not a pass over the logits).
 
 Where the papers disagree (details in each docstring)
-----------------------------------------------------
+-----------------------------------------------------
 * FLSD-53: Mukhoti et al. §5.1 put ``p_t = 0.2`` in the ``gamma = 3`` bin (``[0, 0.2)`` -> 5),
   their Table 4 caption in the ``gamma = 5`` bin (``[0, 0.2]`` -> 5). We follow §5.1 and the released
   code (``p_t < 0.2`` -> 5). Prop. 2 gives ``gamma*(0.2) = 4.85`` and ``gamma*(0.25) = 3.07``
@@ -67,10 +67,6 @@ Where the papers disagree (details in each docstring)
   takes ``tau`` with ``torch.quantile`` (a sort); we build it per batch (eq. 15 with ``n`` = batch
   size) and take ``tau`` with ``kthvalue`` (a selection).
 
-Speed (``bench/bench_losses.py``, 4096 x 100 float32 logits, one CPU thread): the focal family
-costs about as much as ``F.cross_entropy`` (one ``log_softmax``, one ``exp`` in the backward, a few
-length-``N`` operations); dual focal also has to find the competitor column, which on the CPU is
-two or three more passes over the logits (``argmax`` over short rows is not vectorised there).
 * Selective risk: Zhou et al.'s Prop. 4.6 (eq. 12) drops the normalisation ``1 / P(X_tau)`` of the
   conditional expectation in eq. 11 (their proof integrates against ``dP`` instead of
   ``dP / P(X_tau)``), so eq. 12 = ``G(tau) *`` eq. 11. :func:`selective_risk_loss` implements the
@@ -78,6 +74,11 @@ two or three more passes over the logits (``argmax`` over short rows is not vect
 * The curvature paper's eq. 30-31 (the focal gradient diverges at ``p -> 1`` for ``gamma < 0.5``)
   concern their eq. 30, which is not the derivative of the focal loss: ``dl/dp = -g(p, gamma)/p``
   and ``dl/dz_t = -(1 - p) g(p, gamma)`` tend to 0 for every ``gamma > 0`` (tested).
+
+Speed (``bench/bench_losses.py``, 4096 x 100 float32 logits, one CPU thread): the focal family
+costs about as much as ``F.cross_entropy`` (one ``log_softmax``, one ``exp`` in the backward, a few
+length-``N`` operations); dual focal also has to find the competitor column, which on the CPU is
+two or three more passes over the logits (``argmax`` over short rows is not vectorised there).
 """
 
 from __future__ import annotations
@@ -566,6 +567,8 @@ def sample_dependent_focal_loss(logits: Any, target: Any, schedule: Sequence[tup
                                 *, reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Focal loss whose ``gamma`` depends on the sample's ``p_t`` (Mukhoti et al. 2020, §4).
 
+    Shapes, ``reduction`` and ``ignore_index`` as in :func:`cross_entropy_loss`.
+
     Parameters
     ----------
     schedule : sequence of (threshold, gamma)
@@ -575,7 +578,6 @@ def sample_dependent_focal_loss(logits: Any, target: Any, schedule: Sequence[tup
         :func:`prop2_schedule` derives one from Mukhoti's Prop. 2. ``gamma`` is chosen from the
         detached ``p_t``, so no gradient flows through the choice.
 
-    Shapes, ``reduction`` and ``ignore_index`` as in :func:`cross_entropy_loss`.
     """
     pairs = _check_schedule(schedule)
     reduction = _check_reduction(reduction)
@@ -726,6 +728,8 @@ def dual_focal_loss(logits: Any, target: Any, gamma: float = 5.0, *, variant: st
                     reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Dual focal loss ``-(1 - p_t + p_j)^gamma log p_t`` (Tao et al. 2023).
 
+    Shapes, ``reduction`` and ``ignore_index`` as in :func:`cross_entropy_loss`.
+
     Parameters
     ----------
     gamma : float, >= 0
@@ -742,7 +746,6 @@ def dual_focal_loss(logits: Any, target: Any, gamma: float = 5.0, *, variant: st
         among exact ties we take the highest class index); the gradient flows through both
         ``p_t`` and ``p_j``.
 
-    Shapes, ``reduction`` and ``ignore_index`` as in :func:`cross_entropy_loss`.
     """
     gamma = check_gamma(gamma, "gamma", minimum=0.0)
     variant = check_choice(variant, "variant", ("paper", "released"))

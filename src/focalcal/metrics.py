@@ -10,9 +10,11 @@ dimensions, e.g. a grid of temperatures) and ``labels`` has shape ``(N,)``. Scal
 python ``float`` for un-batched input ``(N, K)`` and a tensor of shape ``(...)`` otherwise.
 All values are fractions, never percentages.
 
-Binning conventions (shared by :func:`calibration_error`, :func:`ece`, :func:`mce`,
-:func:`classwise_ece` and :func:`reliability_data`)
------------------------------------------------------------------------------------------------
+Binning conventions
+-------------------
+Shared by :func:`calibration_error`, :func:`ece`, :func:`mce`, :func:`classwise_ece` and
+:func:`reliability_data`.
+
 ``binning="width"``
     ``n_bins`` equal-width bins ``(lo, hi]`` with edges ``b / n_bins`` (the float64 numbers nearest
     to them), as in Mukhoti et al. (2020, eq. 1). A confidence of exactly 0 goes into the first bin
@@ -600,6 +602,8 @@ def eaurc(labels: Any, *, probs: Any = None, logits: Any = None, score: str = "m
           optimum: str = "asymptotic") -> float | torch.Tensor:
     """Excess AURC: :func:`aurc` minus the AURC of the optimal ranking (all errors ranked last).
 
+    Other arguments as in :func:`aurc`.
+
     Parameters
     ----------
     optimum : {"asymptotic", "exact"}
@@ -608,7 +612,6 @@ def eaurc(labels: Any, *, probs: Any = None, logits: Any = None, score: str = "m
         ``(E - (N - E)(H_N - H_{N-E})) / N`` for ``E`` errors (``H`` harmonic numbers), which
         is slightly larger, so that the exact E-AURC is never negative. They differ by ``O(1/N)``.
 
-    Other arguments as in :func:`aurc`.
     """
     check_choice(optimum, "optimum", ("asymptotic", "exact"))
     key, err, dtype = _aurc_inputs(labels, probs, logits, score)

@@ -429,9 +429,13 @@ def _structured_rows(k: int, n_grid: int) -> torch.Tensor:
     These families contain the extreme points of the over-confident region that random sampling
     misses: near a vector of :math:`\\mathcal S^K` (``r -> 0``) and near the uniform vector.
     """
+    # fractions of the way from 1/K to 1/j: uniform, plus geometric towards both ends, where the
+    # over-confident region shrinks to as the focusing parameter approaches a threshold
+    ends = torch.logspace(-12, -0.5, max(n_grid // 4, 2), dtype=torch.float64)
+    frac = torch.cat([torch.linspace(0, 1, n_grid + 2, dtype=torch.float64)[1:-1], ends, 1 - ends])
     rows = []
     for j in range(1, k):
-        m = torch.linspace(1.0 / k, 1.0 / j, n_grid + 2, dtype=torch.float64)[1:-1]
+        m = 1.0 / k + (1.0 / j - 1.0 / k) * frac
         for z in range(0, k - j):
             r = (1 - j * m) / (k - j - z)
             m_ok, r_ok = m[r <= m], r[r <= m]
@@ -457,7 +461,8 @@ def max_eta_overconfidence(n_classes: int, gamma: float, *, n_grid: int = 2000, 
     n_classes : int, ``>= 2``
     gamma : float, ``>= 0``
     n_grid : int
-        Points per structured family (there are ``O(K^2)`` families; keep ``K`` small).
+        Evenly spaced points per structured family, plus ``n_grid // 2`` geometrically spaced
+        towards its ends (there are ``O(K^2)`` families; keep ``K`` small).
     n_random : int
         Additional random candidates.
     seed : int

@@ -65,13 +65,22 @@ the other classes (all with :math:`q_j \le 1/2`, so nothing cancels)
     \frac{h^\gamma(q_j)}{h^\gamma(q_t)} = \frac{\exp\bigl(\log q_j + (1-\gamma)\log(1-q_j)
     - \log h^\gamma(q_t)\bigr)}{(1 - q_j) - \gamma\, q_j \log q_j}.
 
-Everything that depends only on ``T`` (one exp per logit) is computed once per temperature and
-shared by all ``gamma``; per ``(gamma, T)`` and logit the work is one exp, one division and two
-fused multiply-adds, in float64, in blocks of about ``2**16`` entries (cache-sized), so memory stays
-bounded for any grid. Nothing of shape ``(n_gamma, n_T, N, K)`` is formed; confidences are kept for
-one chunk of temperatures at a time and reduced by :func:`focalcal.metrics.calibration_error`.
-The exact per-``(gamma, T)`` cost is still proportional to ``N * K``: the normaliser of the map
-involves every class, so no formula in the top class alone exists for ``K > 2``.
+Everything that depends only on ``T`` (two exps and a log per logit) is computed once per
+temperature and shared by all ``gamma``. The exponent is the small matrix product
+``[1, 1 - gamma, gamma] @ [-beta delta_j, log(1 - q_j), log(1 - q_t)]`` (the ``log q_t`` and
+``1 + gamma r_t`` parts of :math:`\log h^\gamma(q_t)` are applied per row after the sum), and
+the denominators ``[1, -gamma] @ [1 - q_j, q_j log q_j]``; per ``(gamma, T)`` and logit the work is
+then one exp, one division and two rows of a matrix product, in float64, in blocks of about
+``2**18`` entries, so memory stays bounded for any grid. Exponents are clamped at ``-700``: exp of
+a number below about ``-708`` takes a slow path (subnormal results), 5-10x slower, and the clamped
+terms are below ``1e-304`` relative to ``rho``'s range ``[0, K - 1]``. Nothing of shape
+``(n_gamma, n_T, N, K)`` is formed; confidences are kept for one chunk of temperatures at a time
+and reduced by :func:`focalcal.metrics.calibration_error`.
+
+The exact cost per ``(gamma, T)`` is still proportional to ``N * K``: the normaliser of the map
+involves every class, so no formula in the top class alone exists for ``K > 2``. The gain over a
+loop of :func:`focalcal.maps.focal_map_from_logits` calls comes from sharing the per-``T`` work,
+computing only the two needed coordinates, and batching (see ``bench/bench_posthoc.py``).
 """
 
 from __future__ import annotations
@@ -191,8 +200,9 @@ def _select(scores: torch.Tensor, gammas: torch.Tensor, temps: torch.Tensor) -> 
 # ============================================================================================
 
 def _softplus(x: torch.Tensor) -> torch.Tensor:
-    # exact to float64 rounding (torch's softplus switches to the identity at a threshold)
-    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+    # log(1 + e^x) with an absolute error ~1e-16, i.e. probabilities exact to rounding (torch's
+    # softplus is off by up to e^-20 past its threshold; log1p is ~10x slower than log on CPU)
+    return x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs()))
 
 
 def _one_minus_r(e: torch.Tensor) -> torch.Tensor:
@@ -227,15 +237,16 @@ class _TopClassProblem:
 
 def _top_log_probs(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Tensor,
                    want_true: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log mapped probability of the top class (and of the true class) for paired grids.
+    """``rho`` (top-class probability ``1 / (1 + rho)``) and the log-probability of the true class.
 
     ``temps`` has shape ``(P,)`` and ``gammas`` shape ``(P, G)``: temperature ``p`` is evaluated
-    with the ``G`` gammas of row ``p``. Returns tensors of shape ``(P, G, N)``.
+    with the ``G`` gammas of row ``p``. Returns tensors of shape ``(P, G, N)`` (the second is
+    ``None`` unless ``want_true``).
     """
     P, G = gammas.shape
     n, k1 = prob.n, prob.k1
     dev = prob.d.device
-    out_top = torch.empty(P, G, n, dtype=torch.float64, device=dev)
+    out_rho = torch.empty(P, G, n, dtype=torch.float64, device=dev)
     out_true = torch.empty(P, G, n, dtype=torch.float64, device=dev) if want_true else None
     # one block holds (G, tc, nb, k1) entries: every gamma of a few temperatures at once; the
     # gammas are applied by a small matrix product, so a block needs the same gammas for all its
@@ -266,14 +277,13 @@ def _top_log_probs(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Te
             sp = _softplus(log_e)  # log(1 + E) = -log q_t
             log_u = log_e - sp  # log(1 - q_t)
             omr = _one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP)))  # 1 - r_t, r_t = log1p(E) / E
-            # log(1 + gamma r_t); for gamma < 0 as log((1 + gamma) + |gamma| (1 - r_t)), a sum of
-            # non-negative terms, so gamma -> -1 and r_t -> 1 lose nothing to cancellation
-            log_1gr = torch.where(g2 >= 0, torch.log1p(g2 * (1 - omr)),
-                                  torch.log(torch.clamp(1 + g2, min=0) - g2 * omr))  # (G, tc, nb)
+            # 1 + gamma r_t; for gamma < 0 as (1 + gamma) + |gamma| (1 - r_t), a sum of non-negative
+            # terms, so gamma -> -1 and r_t -> 1 lose nothing to cancellation
+            onegr = torch.where(g2 >= 0, 1 + g2 * (1 - omr), torch.clamp(1 + g2, min=0) - g2 * omr)
             yidx = ycol.expand(tcc, -1, 1)
             if bool((g == 0).all()):
                 # plain softmax: sum_{j != t} q_j / q_t = E, no per-class work
-                log_rho = log_e.expand(G, -1, -1)
+                rho = torch.exp(log_e.clamp(min=_MIN_EXP)).expand(G, -1, -1)
                 if want_true:
                     lq_y = torch.mul(d.gather(-1, yidx[0]).unsqueeze(0), -b3).squeeze(-1) - sp
                     log_ratio_y = (lq_y + sp).expand(G, -1, -1)
@@ -285,29 +295,31 @@ def _top_log_probs(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Te
                 torch.mul(d, -b3, out=rows[0])
                 lq = rows[0] - sp.unsqueeze(-1)
                 q = torch.exp(lq.clamp(min=_MIN_EXP))
-                omq = 1 - q
+                dparts = torch.empty(2, tcc, nbb, k1, dtype=torch.float64, device=dev)
+                omq, qlq = dparts[0], dparts[1]
+                torch.sub(1, q, out=omq)
                 torch.log(omq, out=rows[1])
                 rows[2].copy_(log_u.unsqueeze(-1).expand(-1, -1, k1))
-                qlq = q.mul_(lq)
+                torch.mul(q, lq, out=qlq)
                 # h(q_j) / h(q_t) = exp(log q_j + (1 - gamma) log(1 - q_j) - log h(q_t)) / den_j with
                 # log h(q_t) = log q_t - gamma log(1 - q_t) - log(1 + gamma r_t) and
-                # den_j = (1 - q_j) - gamma q_j log q_j > 0; every ratio is <= 1 (argmax preserved)
+                # den_j = (1 - q_j) - gamma q_j log q_j > 0; every ratio is <= 1 (argmax preserved).
+                # The exponent is the product coef @ rows; the factor 1 + gamma r_t comes after the sum
                 coef = torch.stack([torch.ones_like(g), 1 - g, g], dim=1)  # (G, 3)
                 x = (coef @ rows.view(3, -1)).view(G, tcc, nbb, k1)
-                den = (torch.stack([torch.ones_like(g), -g], dim=1)
-                       @ torch.stack([omq, qlq]).view(2, -1)).view(G, tcc, nbb, k1)
+                den = (torch.stack([torch.ones_like(g), -g], dim=1) @ dparts.view(2, -1)).view(G, tcc, nbb, k1)
                 s_rho = x.clamp_(min=_MIN_EXP).exp_().div_(den).sum(-1)
-                log_rho = torch.log(s_rho) + log_1gr
+                rho = s_rho.mul_(onegr)
                 if want_true:
                     x_y = (coef @ rows.gather(-1, yidx.unsqueeze(0).expand(3, -1, -1, -1)).view(3, -1))
                     den_y = omq.gather(-1, yidx) - g2.unsqueeze(-1) * qlq.gather(-1, yidx)
-                    log_ratio_y = x_y.view(G, tcc, nbb) - den_y.log().squeeze(-1) + log_1gr
-            log_top = -_softplus(log_rho)  # log p_t = -log(1 + rho), shape (G, tc, nb)
-            out_top[p0:p0 + tcc, :, sl] = log_top.transpose(0, 1)
+                    log_ratio_y = x_y.view(G, tcc, nbb) - (den_y.squeeze(-1) / onegr).log()
+            out_rho[p0:p0 + tcc, :, sl] = rho.transpose(0, 1)
             if want_true:
-                lt = log_top + torch.where(miss_b, log_ratio_y, torch.zeros_like(log_ratio_y))
+                # log p_y = log p_t + [y != t] log(h(q_y) / h(q_t)), log p_t = -log(1 + rho)
+                lt = torch.where(miss_b, log_ratio_y, torch.zeros_like(log_ratio_y)) - torch.log1p(rho)
                 out_true[p0:p0 + tcc, :, sl] = lt.transpose(0, 1)
-    return out_top, out_true
+    return out_rho, out_true
 
 
 def _paired_scores(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Tensor,
@@ -317,13 +329,13 @@ def _paired_scores(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Te
     scores = torch.empty(P, G, dtype=torch.float64)
     pc = max(1, _CONF_CHUNK // (G * prob.n))
     for p0 in range(0, P, pc):
-        log_top, log_true = _top_log_probs(prob, temps[p0:p0 + pc], gammas[p0:p0 + pc],
+        rho, log_true = _top_log_probs(prob, temps[p0:p0 + pc], gammas[p0:p0 + pc],
                                            want_true=criterion == "nll")
         if criterion == "nll":
             s = -log_true.mean(-1)
         else:
             binning = "mass" if criterion == "ece_mass" else "width"
-            s = calibration_error(log_top.exp_(), prob.correct, n_bins=n_bins, binning=binning)
+            s = calibration_error(rho.add_(1).reciprocal_(), prob.correct, n_bins=n_bins, binning=binning)
         scores[p0:p0 + pc] = s.cpu()
     return scores
 

@@ -598,18 +598,24 @@ def plot_training_curves(histories, *, split: str = "test", metrics_: Sequence[s
 
     Returns
     -------
-    (Figure, array of Axes)
+    (Figure, 1-D array of Axes, one per metric; a grid of two columns for more than three)
     """
     import matplotlib.pyplot as plt
     import numpy as np
 
     check_choice(split, "split", ("train", "val", "test"))
     names = {"nll": "NLL (nats)", "error": "error", "ece": "ECE (15 equal-width bins)",
-             "accuracy": "accuracy", "entropy": "entropy (nats)", "confidence": "mean confidence"}
+             "accuracy": "accuracy", "entropy": "entropy (nats)", "confidence": "mean confidence",
+             "nll_correct": "NLL of correct samples (nats)",
+             "nll_incorrect": "NLL of misclassified samples (nats)",
+             "entropy_incorrect": "entropy of misclassified samples (nats)"}
     if axes is None:
-        fig, axes = plt.subplots(1, len(metrics_), figsize=(3.6 * len(metrics_), 3.2), squeeze=False)
-        axes = axes[0]
-    axes = np.atleast_1d(axes)
+        ncols = len(metrics_) if len(metrics_) <= 3 else 2
+        nrows = -(-len(metrics_) // ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.0 * nrows), squeeze=False)
+        for ax in axes.flat[len(metrics_):]:
+            ax.remove()
+    axes = np.atleast_1d(axes).ravel()[:len(metrics_)]
     fig = axes[0].figure
     labels = list(dict.fromkeys(histories["loss_label"]))
     styles = _loss_styles(labels)
@@ -650,17 +656,26 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     n = len(log_probs)
     if n == 0:
         raise ValueError("log_probs must name at least one method")
-    fig, axes = plt.subplots(2, n, figsize=(3.4 * n, 4.4), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08})
+    fig, axes = plt.subplots(2, n, figsize=(3.3 * n, 4.8), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.12})
     for j, (method, lp) in enumerate(log_probs.items()):
         metrics.plot_reliability(labels, logits=lp, n_bins=n_bins, binning=binning,
                                  method=FAMILIES.get(method, method), title=method,
                                  axes=(axes[0, j], axes[1, j]))
         axes[0, j].title.set_fontsize(9)
+        legend = axes[0, j].get_legend()
+        if legend is not None:
+            legend.remove()
+        xlabel = axes[1, j].get_xlabel()
+        axes[1, j].set_xlabel("")
         if j:
             axes[0, j].set_ylabel("")
             axes[1, j].set_ylabel("")
-            axes[0, j].get_legend().remove()
+    # one legend and one x label for the row, below the panels, where they hide no bar
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), bbox_to_anchor=(0.5, 0.0))
+    fig.supxlabel(xlabel, y=0.075, fontsize=10)
+    fig.subplots_adjust(bottom=0.24)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig, axes

@@ -9,6 +9,9 @@ Kull (2024) do, but vectorised and with the ranges stated:
   shift-invariant, so the last logit is pinned to 0 and only the spread matters);
 - :func:`minimax_inverse_temperature` finds the TS map closest to a given map in the worst case
   (the maximum absolute probability difference over a set of logits);
+- :func:`refine_worst_logits` and :func:`adaptive_minimax_inverse_temperature` sharpen that fit
+  when the worst case sits between grid points (an exchange algorithm: fit on a grid, move the
+  worst points uphill by gradient ascent, add them, refit);
 - :func:`tightest_temperature_bounds` gives the two TS maps that sandwich a binary calibration
   map on a grid of logits;
 - :func:`refute_at` records a counterexample (a point where a claimed relation fails, evaluated
@@ -26,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import mpmath
 import numpy as np
@@ -43,6 +46,8 @@ __all__ = [
     "logit_grid",
     "minimax_inverse_temperature",
     "tightest_temperature_bounds",
+    "refine_worst_logits",
+    "adaptive_minimax_inverse_temperature",
     "reference_focal_map",
     "refute_at",
 ]
@@ -228,6 +233,124 @@ def minimax_inverse_temperature(logits: Any, target: Any, *, bounds: tuple[float
     res = minimize_scalar(objective, bounds=(a, b), method="bounded", options={"xatol": xatol})
     best_b, best_e = (float(res.x), float(res.fun)) if res.fun <= float(errs[i]) else (float(scan[i]), float(errs[i]))
     return best_b, best_e
+
+
+def _project_spread(z: torch.Tensor, spread: float) -> torch.Tensor:
+    """Clamp each row into a window of width ``spread`` around its mid-range, then pin z_K = 0."""
+    mid = 0.5 * (z.amax(-1, keepdim=True) + z.amin(-1, keepdim=True))
+    z = torch.minimum(torch.maximum(z, mid - spread / 2), mid + spread / 2)
+    return z - z[..., -1:]
+
+
+def refine_worst_logits(logits: Any, target_fn: Callable[[torch.Tensor], torch.Tensor], inv_temperature: float, *,
+                        spread: float, n_points: int = 32, steps: int = 150, lr: float = 0.05) -> torch.Tensor:
+    """Move the logits where TS is worst further uphill (local maxima of the discrepancy).
+
+    Starting from the ``n_points`` rows of ``logits`` with the largest
+    ``max_c |softmax(b z)_c - target_fn(z)_c|``, runs ``steps`` steps of normalised gradient ascent
+    (step ``lr`` in logit units, decaying linearly to 0) on
+    that discrepancy, keeping every row inside the logit box (``max(z) - min(z) <= spread``, last
+    entry 0).
+
+    Parameters
+    ----------
+    logits : array_like, shape (N, K)
+    target_fn : callable
+        ``(M, K)`` float64 logits -> ``(M, K)`` probabilities, differentiable with torch autograd
+        (e.g. ``lambda z: focalcal.maps.focal_map_from_logits(z, gamma)``).
+    inv_temperature : float
+        ``b = 1 / T`` of the TS map.
+    spread : float
+        Width of the logit box (> 0).
+    n_points, steps : int
+        Number of starting rows and of ascent steps.
+    lr : float
+        Initial step length in logit units.
+
+    Returns
+    -------
+    torch.Tensor, shape (n_points, K), float64
+        The refined rows (their discrepancy is at least that of their starting rows).
+    """
+    z = as_float_tensor(logits, "logits").to(torch.float64)
+    if z.dim() != 2 or z.shape[-1] < 2:
+        raise ValueError(f"logits must have shape (N, K) with K >= 2, got {tuple(z.shape)}")
+    check_finite(z, "logits")
+    b = check_positive(inv_temperature, "inv_temperature")
+    spread = check_positive(spread, "spread")
+    n_points = check_int(n_points, "n_points", minimum=1)
+    steps = check_int(steps, "steps", minimum=0)
+    check_positive(lr, "lr")
+
+    def discrepancy(x: torch.Tensor) -> torch.Tensor:
+        return (torch.softmax(b * x, -1) - target_fn(x)).abs().amax(-1)
+
+    with torch.no_grad():
+        start = z[torch.topk(discrepancy(z), min(n_points, len(z))).indices]
+    best, best_val = start.clone(), discrepancy(start)
+    x = start.clone()
+    # normalised gradient ascent with a decaying step (plain torch: torch.optim would import dynamo)
+    for i in range(steps):
+        x.requires_grad_(True)
+        (grad,) = torch.autograd.grad(discrepancy(x).sum(), x)
+        with torch.no_grad():
+            norm = grad.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+            x = _project_spread(x + lr * (1 - i / max(steps, 1)) * grad / norm, spread)
+            val = discrepancy(x)
+            better = val > best_val
+            best[better], best_val[better] = x[better], val[better]
+    return best.detach()
+
+
+def adaptive_minimax_inverse_temperature(target_fn: Callable[[torch.Tensor], torch.Tensor], k: int, *,
+                                         spread: float, step: float, bounds: tuple[float, float],
+                                         rounds: int = 2, n_points: int = 16, steps: int = 40,
+                                         n_scan: int = 24, refit_window: float = 1.0,
+                                         xatol: float = 1e-6) -> tuple[float, float, torch.Tensor]:
+    """Minimax TS fit to a map over the logit box, with the worst points refined off the grid.
+
+    Exchange algorithm: fit :func:`minimax_inverse_temperature` on ``logit_grid(k, spread, step)``;
+    then, ``rounds`` times, add the rows found by :func:`refine_worst_logits` at the current fit and
+    refit. The reported error is a lower bound on the true worst case over the box that is much
+    tighter than the grid's when the worst case is a sharp peak between grid points.
+
+    Parameters
+    ----------
+    target_fn : callable
+        ``(M, K)`` float64 logits -> ``(M, K)`` probabilities, differentiable.
+    k : int
+        Number of classes.
+    spread, step : float
+        Logit box width and coarse grid spacing (see :func:`logit_grid`).
+    bounds : (float, float)
+        Search interval of the inverse temperature.
+    rounds, n_points, steps, n_scan : int
+        Exchange rounds, rows refined per round, ascent steps, scan points of the first fit.
+    refit_window : float
+        Later fits search ``b +- refit_window`` (within ``bounds``) with ``n_scan // 2`` points.
+    xatol : float
+        Tolerance of each fit in ``b``.
+
+    Returns
+    -------
+    (float, float, torch.Tensor)
+        ``(b_star, max_abs_error, logits_used)``.
+    """
+    rounds = check_int(rounds, "rounds", minimum=0)
+    refit_window = check_positive(refit_window, "refit_window")
+    z = logit_grid(k, spread, step)
+    with torch.no_grad():
+        target = target_fn(z)
+    b, err = minimax_inverse_temperature(z, target, bounds=bounds, n_scan=n_scan, xatol=xatol)
+    for _ in range(rounds):
+        extra = refine_worst_logits(z, target_fn, b, spread=spread, n_points=n_points, steps=steps)
+        z = torch.cat([z, extra])
+        with torch.no_grad():
+            target = torch.cat([target, target_fn(extra)])
+        # the refined rows move the optimum only locally: rescan a window around the last fit
+        lo, hi = max(bounds[0], b - refit_window), min(bounds[1], b + refit_window)
+        b, err = minimax_inverse_temperature(z, target, bounds=(lo, hi), n_scan=max(n_scan // 2, 3), xatol=xatol)
+    return b, err, z
 
 
 def tightest_temperature_bounds(logits: Any, mapped_logits: Any) -> tuple[float, float]:

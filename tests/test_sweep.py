@@ -1,0 +1,259 @@
+"""focalcal.sweep: profiles, the smoke sweep end to end, SIGKILL + resume, the submitit executor."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from focalcal import report, sweep
+from focalcal.data import DATASETS
+from focalcal.losses import LOSSES
+from focalcal.models import MODELS
+from focalcal.train import SCHEDULES
+
+ROOT = Path(__file__).resolve().parents[1]
+LEFTOVERS = (".*.tmp", ".*.partial.ipynb", ".*.input.ipynb")
+
+
+# ------------------------------------------------------------------------------------ profiles ---
+
+def test_profiles_expand_to_unique_valid_runs():
+    for name, profile in sweep.PROFILES.items():
+        runs = profile.expand()
+        ids = [r.run_id for r in runs]
+        assert len(ids) == len(set(ids)), name
+        assert ids == [r.run_id for r in sweep.get_profile(name).expand()]  # deterministic
+        for r in runs:
+            assert r.dataset in DATASETS and r.model in MODELS and r.loss.name in LOSSES, r
+            schedule = dict(r.train).get("schedule")
+            assert schedule is None or schedule in SCHEDULES, r
+            assert sweep.RunSpec.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    assert {lo.name for lo in sweep.ALL_LOSSES} == set(LOSSES)
+    smoke = sweep.get_profile("smoke").expand()
+    assert {r.loss.name for r in smoke} == set(LOSSES)
+    assert {r.dataset for r in smoke} == {"gaussian_mixture", "fashion_mnist"}
+
+
+def test_run_id_depends_on_every_setting():
+    base = sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 0, (("epochs", 1),))
+    variants = [
+        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=2.0), 0, (("epochs", 1),)),
+        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 1, (("epochs", 1),)),
+        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 0, (("epochs", 2),)),
+        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 0, (("epochs", 1),),
+                      (("fts_temperatures", 5),)),
+    ]
+    ids = {base.run_id} | {v.run_id for v in variants}
+    assert len(ids) == 1 + len(variants)
+    assert base.run_id.startswith("gaussian_mixture-mlp-focal-gamma-1.0--s0-")
+    dup = sweep.Profile("dup", [sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0])] * 2)
+    with pytest.raises(ValueError, match="duplicate runs"):
+        dup.expand()
+
+
+def test_train_settings_and_subsets():
+    s = sweep.train_settings("paper_cifar", epochs=35)
+    assert s["epochs"] == 35 and s["milestones"] == (15, 25) and s["lr"] == 0.1
+    assert sweep.train_settings("paper_cifar")["milestones"] == (150, 250)
+    s = sweep.train_settings("cpu_sgd", epochs=3, optimizer="adam", lr=0.5)
+    assert (s["optimizer"], s["lr"], s["lr_schedule"], s["epochs"]) == ("adam", 0.5, "cosine", 3)
+    assert sweep.train_settings(None, epochs=2) == {"epochs": 2}
+    assert sweep.train_settings("", epochs=2) == {"epochs": 2}
+    with pytest.raises(ValueError, match="schedule must be one of 'paper_cifar'"):
+        sweep.train_settings("paper", epochs=3)
+    with pytest.raises(ValueError, match="epochs must be given"):
+        sweep.train_settings(None)
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
+        sweep.train_settings("cpu_sgd", epochs=0)
+    assert sweep.subset_sizes(0, 0) is None
+    assert sweep.subset_sizes(100, 0) == {"train": 100}
+    assert sweep.subset_sizes(100, 50) == {"train": 100, "val": 50, "test": 50}
+    with pytest.raises(ValueError, match="eval_subset"):
+        sweep.subset_sizes(10, -1)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
+        sweep.run_sweep("nope", tmp_path)
+    with pytest.raises(ValueError, match="executor must be 'local' or 'slurm'"):
+        sweep.run_sweep("smoke", tmp_path, executor="pbs")
+    with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        sweep.run_sweep("smoke", tmp_path, jobs=0)
+    with pytest.raises(SystemExit) as err:
+        sweep.main(["--profile", "nope", "--out", str(tmp_path)])
+    assert err.value.code == 2
+    assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+def test_list_shows_todo(tmp_path, capsys):
+    assert sweep.main(["--profile", "smoke", "--out", str(tmp_path), "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(sweep.get_profile("smoke").expand())
+    assert all(line.startswith("todo  ") for line in lines)
+
+
+# ----------------------------------------------------------------------------- smoke sweep ---
+
+@pytest.mark.notebooks
+def test_smoke_sweep_end_to_end(smoke_runs):
+    runs = sweep.get_profile("smoke").expand()
+    table = pd.read_csv(smoke_runs / "results.csv")
+    assert list(table.columns[:2]) == ["run", "method"]
+    # one row per run x method, nothing missing, nothing twice
+    assert len(table) == len(runs) * len(report.METHODS)
+    assert not table.duplicated(["run", "method"]).any()
+    assert set(table["run"]) == {r.run_id for r in runs}
+    assert set(table["method"]) == set(report.METHODS)
+    assert set(LOSSES) <= set(table["loss"])
+    for col in ("dataset", "model", "loss_label", "seed", "epochs", *report.METRICS, "temperature", "gamma_ev"):
+        assert col in table.columns, col
+    assert table[list(report.METRICS)].map(math.isfinite).all().all()
+    assert ((table["accuracy"] >= 0) & (table["accuracy"] <= 1)).all()
+    # post-hoc maps never change the argmax: one accuracy per run
+    assert (table.groupby("run")["accuracy"].nunique() == 1).all()
+    # Psi has the training gamma exactly for the plain focal loss
+    psi = table[table["method"] == "Psi"].set_index("loss_label")["gamma_ev"]
+    assert psi["focal (gamma=1)"] == 1.0 and psi["cross-entropy"] == 0.0 and psi["FLSD-53"] == 0.0
+    for r in runs:
+        d = smoke_runs / "runs" / r.run_id
+        for name in sweep.TEMPLATES:
+            assert (d / f"{name}.ipynb").stat().st_size > 0, (r.run_id, name)
+        rec = json.loads((d / sweep.RESULT).read_text())
+        assert rec["spec"] == r.to_dict()
+        assert rec["rows"] == json.loads((d / "calibration.json").read_text())
+        for pattern in LEFTOVERS:
+            assert not list(d.glob(pattern)), (r.run_id, pattern)
+    # a second invocation finds everything done and runs nothing
+    before = {r.run_id: (smoke_runs / "runs" / r.run_id / sweep.RESULT).stat().st_mtime_ns for r in runs}
+    again = sweep.run_sweep("smoke", smoke_runs, progress=False)
+    assert len(again) == len(table)
+    assert before == {r.run_id: (smoke_runs / "runs" / r.run_id / sweep.RESULT).stat().st_mtime_ns
+                      for r in runs}
+
+
+# --------------------------------------------------------------------------- SIGKILL + resume ---
+
+TINY_TRAIN = {"train_subset": 2000, "eval_subset": 500, "batch_size": 128, "schedule": "cpu_adam",
+              "device": "cpu"}
+
+def tiny_profile() -> sweep.Profile:
+    """A test-only profile: a quick run first, then one long enough to be killed while training."""
+    return sweep.Profile("test", [
+        sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0],
+                    train={**TINY_TRAIN, "epochs": 1}, posthoc={"fts_temperatures": 10}),
+        sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("focal", gamma=2.0)], [0],
+                    train={**TINY_TRAIN, "epochs": 20}, posthoc={"fts_temperatures": 10}),
+    ])
+
+
+# the sweep in a subprocess, with the test profile registered (the per-run subprocesses it
+# starts get their run's specification on the command line and need no profile)
+RUNNER = textwrap.dedent(f"""
+    import sys
+    sys.path.insert(0, {str(Path(__file__).parent)!r})
+    from test_sweep import tiny_profile
+    from focalcal import sweep
+
+    sweep.PROFILES["tiny"] = tiny_profile()
+    sys.exit(sweep.main(["--profile", "tiny", "--out", sys.argv[1], "--jobs", "1"]))
+""")
+
+
+def processes_inside(folder: Path) -> list[int]:
+    """Pids whose working directory lies in ``folder`` (papermill's kernels run in the run folder)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if Path(os.readlink(p / "cwd")).is_relative_to(folder):
+                    pids.append(int(p.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.notebooks
+def test_sigkill_then_resume(tmp_path):
+    out = tmp_path / "out"
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    quick, slow = [r.run_id for r in tiny_profile().expand()]
+    quick_dir, slow_dir = out / "runs" / quick, out / "runs" / slow
+
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        # in flight: the quick run is complete and the slow one has checkpointed an epoch
+        while not ((quick_dir / sweep.RESULT).is_file() and (slow_dir / "checkpoint.pt").is_file()):
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            assert time.monotonic() < deadline, "the sweep did not reach the slow run in time"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # the kernels live in their own sessions and exit once they see their parent gone
+    deadline = time.monotonic() + 60
+    while processes_inside(out):
+        assert time.monotonic() < deadline, "orphaned kernels still running after 60 s"
+        time.sleep(0.2)
+
+    assert not (slow_dir / sweep.RESULT).exists()
+    epochs_done = len(json.loads((slow_dir / "history.json").read_text())["records"])
+    assert 1 <= epochs_done < 20
+    done = (quick_dir / sweep.RESULT).stat()
+    quick_nb = (quick_dir / "train_classifier.ipynb").stat().st_mtime_ns
+    # what a crash between the two templates could leave: a stale calibration.json and temporary
+    # files; none of it may be taken for a result
+    (slow_dir / "calibration.json").write_text('[{"method": "stale"}]')
+    (slow_dir / ".result.json.abc.tmp").write_text("{")
+
+    rerun = subprocess.run([sys.executable, str(script), str(out)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "2 runs, 1 already done, 1 to run" in rerun.stdout
+
+    again = (quick_dir / sweep.RESULT).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (done.st_ino, done.st_mtime_ns)  # not re-executed
+    assert (quick_dir / "train_classifier.ipynb").stat().st_mtime_ns == quick_nb
+    rec = json.loads((slow_dir / sweep.RESULT).read_text())
+    assert [r["method"] for r in rec["rows"]] == list(report.METHODS)
+    history = json.loads((slow_dir / "history.json").read_text())["records"]
+    assert [h["epoch"] for h in history] == list(range(1, 21))
+    # the trainer continued from its checkpoint instead of starting over
+    nb = (slow_dir / "train_classifier.ipynb").read_text()
+    assert "resumed after" in nb and "of 20 epochs" in nb
+    for pattern in LEFTOVERS:
+        assert not list(slow_dir.glob(pattern)), pattern
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(set(table["run"])) == sorted([quick, slow]) and "stale" not in set(table["method"])
+
+
+# --------------------------------------------------------------------------- submitit (SLURM) ---
+
+@pytest.mark.notebooks
+def test_slurm_executor_through_submitit_local(tmp_path, monkeypatch):
+    profile = sweep.Profile("test", [sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("brier")],
+                                                 [0], train={**TINY_TRAIN, "epochs": 1},
+                                                 posthoc={"fts_temperatures": 10})])
+    monkeypatch.setitem(sweep.PROFILES, "one", profile)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    table = sweep.run_sweep("one", tmp_path, executor="slurm", submitit_cluster="local", progress=False)
+    (spec,) = profile.expand()
+    assert list(table["run"].unique()) == [spec.run_id]
+    assert list(table["method"]) == list(report.METHODS)
+    assert (tmp_path / "runs" / spec.run_id / sweep.RESULT).is_file()
+    assert list((tmp_path / "submitit").glob("*/*_result.pkl"))  # it really went through submitit
