@@ -22,3 +22,18 @@ def test_style_and_gamma_colours():
     assert matplotlib.rcParams["axes.grid"]
     cols = plotting.gamma_colors([0, 1, 2])
     assert len(cols) == 3 and cols[0] != cols[-1]
+
+
+def test_simplex_frame_matches_barycentric_coordinates():
+    import matplotlib.pyplot as plt
+    import torch
+
+    from focalcal.theory import barycentric_to_cartesian
+
+    fig, ax = plt.subplots()
+    plotting.simplex_frame(ax, "t")
+    xy = ax.lines[0].get_xydata()[:3]
+    want = barycentric_to_cartesian(torch.eye(3, dtype=torch.float64)).numpy()
+    assert abs(xy - want).max() < 1e-12
+    assert ax.get_title() == "t" and [t.get_text() for t in ax.texts] == ["class 1", "class 2", "class 3"]
+    plt.close(fig)

@@ -90,3 +90,22 @@ def use_book_style() -> None:
         set_matplotlib_formats("svg")
     except ImportError:  # pragma: no cover - outside IPython
         pass
+
+
+def simplex_frame(ax, title: str | None = None,
+                  labels: tuple[str, str, str] = ("class 1", "class 2", "class 3")) -> None:
+    """Outline and vertex labels of a ternary plot of the 3-class simplex.
+
+    Uses the coordinates of :func:`focalcal.theory.barycentric_to_cartesian`: class 1 at (0, 0),
+    class 2 at (1, 0), class 3 at (1/2, sqrt(3)/2).
+    """
+    import numpy as np
+
+    corners = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3.0) / 2]])
+    ax.plot(*np.vstack([corners, corners[:1]]).T, color="k", lw=1)
+    for (x, y), name, dy in zip(corners, labels, (-0.06, -0.06, 0.03)):
+        ax.text(x, y + dy, name, ha="center", va="bottom" if dy > 0 else "top", fontsize=9)
+    ax.set(aspect="equal", xlim=(-0.08, 1.08), ylim=(-0.12, 0.96))
+    if title is not None:
+        ax.set_title(title)
+    ax.axis("off")
