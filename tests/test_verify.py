@@ -86,3 +86,12 @@ def test_ledger_table_and_status_override():
 def test_numeric_residuals_rejects_uncovered_symbols():
     with pytest.raises(ValueError, match="does not cover"):
         verify.numeric_residuals(x + g, {x: sp.Interval(0, 1)})
+
+
+def test_undefined_point_fails_with_the_point_named(monkeypatch):
+    # (x - 1/2) / (x - 1/2) = 1 except at x = 1/2, which the grid (n=1) hits exactly
+    half = x - sp.Rational(1, 2)
+    lhs = sp.Mul(half, sp.Pow(half, -1, evaluate=False), evaluate=False)
+    monkeypatch.setattr(verify, "symbolic_zero", lambda *a, **k: False)
+    with pytest.raises(AssertionError, match="cannot evaluate at"):
+        verify.check_identity("removable singularity", lhs, sp.Integer(1), {x: sp.Interval(0.25, 0.75)}, n=1)

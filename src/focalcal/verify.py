@@ -139,7 +139,10 @@ def numeric_residuals(expr: sp.Expr, domain: Domain, *, n: int = 24, seed: int =
     out = []
     with mpmath.workdps(dps):
         for point in domain_grid(domain, n=n, seed=seed):
-            out.append((point, f(*[point[s] for s in symbols])))
+            try:
+                out.append((point, f(*[point[s] for s in symbols])))
+            except (ZeroDivisionError, ValueError, OverflowError):
+                out.append((point, mpmath.mpf("nan")))  # reported as a failure by the caller
     return out
 
 
@@ -171,8 +174,13 @@ def check_identity(claim: str, lhs: sp.Expr, rhs: sp.Expr, domain: Domain, *,
         grid = domain_grid(domain, n=n, seed=seed)
         for point in grid:
             args = [point[s] for s in symbols]
-            vl, vr = f_l(*args), f_r(*args)
-            err = abs(vl - vr) / _scale(vl)
+            try:
+                vl, vr = f_l(*args), f_r(*args)
+                err = abs(vl - vr) / _scale(vl)
+            except (ZeroDivisionError, ValueError, OverflowError) as exc:
+                pt = {str(k): mpmath.nstr(v, 8) for k, v in point.items()}
+                raise AssertionError(f"claim failed: {claim}: cannot evaluate at {pt} "
+                                     f"({type(exc).__name__}: {exc})") from exc
             if not mpmath.isfinite(err) or err > worst:
                 worst, worst_pt = err, point
                 if not mpmath.isfinite(err):
