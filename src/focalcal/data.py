@@ -28,15 +28,15 @@ Images are kept in memory as ``uint8`` tensors (Tiny-ImageNet is decoded per ite
 normalised ``float32`` tensors of shape ``(C, H, W)``; training splits of CIFAR and Tiny-ImageNet are
 augmented with a random crop (padding 4) and a horizontal flip, as in the papers.
 
-============== ====================== ================================== ===========================
-name           train / val / test     validation taken from              normalisation
-============== ====================== ================================== ===========================
-fashion_mnist  55 000 / 5 000 / 10 000 training set, seed-1 permutation  mean 0.2860, std 0.3530
-cifar10        45 000 / 5 000 / 10 000 training set, seed-1 permutation  Mukhoti et al. CIFAR stats
-cifar100       45 000 / 5 000 / 10 000 training set, seed-1 permutation  same as cifar10
-svhn           65 932 / 7 325 / 26 032 ``train`` (10 %), seed-1 perm.     same as cifar10, no augm.
-tiny_imagenet  90 000 / 10 000 / 10 000 50 images per class of training  ImageNet stats
-============== ====================== ================================== ===========================
+============== ======================== ================================== ============================
+name           train / val / test       validation taken from              normalisation
+============== ======================== ================================== ============================
+fashion_mnist  55 000 / 5 000 / 10 000  training set, seed-1 permutation   mean 0.2860, std 0.3530
+cifar10        45 000 / 5 000 / 10 000  training set, seed-1 permutation   Mukhoti et al. CIFAR stats
+cifar100       45 000 / 5 000 / 10 000  training set, seed-1 permutation   same as cifar10
+svhn           65 932 / 7 325 / 26 032  ``train`` (10 %), seed-1 perm.     same as cifar10, no augm.
+tiny_imagenet  90 000 / 10 000 / 10 000 50 images per class of training    ImageNet stats
+============== ======================== ================================== ============================
 
 The CIFAR and SVHN splits reproduce the released code of Mukhoti et al. (2020) exactly: the
 indices ``0..n-1`` are shuffled by ``numpy.random.RandomState(1)`` and the first ``floor(0.1 n)``

@@ -467,7 +467,7 @@ def kl_to_posterior(true_probs: Any, probs: Any = None, *, logits: Any = None
 
 
 class Confident(NamedTuple):
-    """Mukhoti et al.'s |S99|: the samples predicted with confidence above a threshold."""
+    """Mukhoti et al.'s ``|S99|``: the samples predicted with confidence above a threshold."""
 
     fraction: float
     """fraction of samples with top-class probability > threshold"""
@@ -481,7 +481,7 @@ def frac_confident(labels: Any, *, probs: Any = None, logits: Any = None,
                    threshold: float = 0.99) -> Confident:
     """Fraction of samples predicted with confidence ``> threshold`` and their accuracy.
 
-    With ``threshold=0.99`` this is |S99| of Mukhoti et al. (2020, Appendix F, Table 13),
+    With ``threshold=0.99`` this is ``|S99|`` of Mukhoti et al. (2020, Appendix F, Table 13),
     reported there in percent; here as fractions.
 
     Parameters
