@@ -286,8 +286,11 @@ class Ledger:
         The summary page pastes them with ``{glue:text}`page.md::n_claims``` and
         ``:doc: page.md``; only call this inside a notebook executed by myst-nb.
         """
+        from IPython.display import HTML
         from myst_nb import glue
 
-        glue("verdicts", self.table(), display=False)
+        # full text in every cell: a DataFrame's own repr would truncate long claims at 50 chars
+        html = self.table().to_html(index=False, escape=True, classes="verdicts")
+        glue("verdicts", HTML(html), display=False)
         for key, n in self.counts().items():
             glue(key, n, display=False)
