@@ -94,6 +94,16 @@ def _one_of(probs: Any, logits: Any) -> None:
         raise ValueError(f"pass exactly one of probs= or logits= (got {given})")
 
 
+
+def _log_probs(probs: Any, logits: Any) -> torch.Tensor:
+    """Log-probabilities from exactly one of ``probs=`` / ``logits=`` (a zero probability is
+    clamped to the dtype's smallest normal number, so its log is large but finite)."""
+    _one_of(probs, logits)
+    if logits is not None:
+        return torch.log_softmax(check_logits(logits, "logits"), dim=-1)
+    p = check_probs(probs, "probs")
+    return torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))
+
 def _as_probs(probs: Any, logits: Any) -> torch.Tensor:
     """Validated probabilities ``(..., N, K)`` (softmax of ``logits`` in their own dtype)."""
     _one_of(probs, logits)
@@ -385,12 +395,7 @@ def nll(labels: Any, *, probs: Any = None, logits: Any = None) -> float | torch.
 
     Shapes as in :func:`ece`; returns a float (or a tensor of shape ``(...)``).
     """
-    _one_of(probs, logits)
-    if logits is not None:
-        logp = torch.log_softmax(check_logits(logits, "logits"), dim=-1)
-    else:
-        p = check_probs(probs, "probs")
-        logp = torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))
+    logp = _log_probs(probs, logits)
     if logp.dim() < 2:
         raise ValueError(f"scores must have shape (..., N, K), got shape {tuple(logp.shape)}")
     lab = _labels_for(labels, logp)
@@ -452,12 +457,7 @@ def kl_to_posterior(true_probs: Any, probs: Any = None, *, logits: Any = None
     float, or Tensor of shape (...) for batched input
     """
     t = check_probs(true_probs, "true_probs")
-    _one_of(probs, logits)
-    if logits is not None:
-        logp = torch.log_softmax(check_logits(logits, "logits"), dim=-1)
-    else:
-        p = check_probs(probs, "probs")
-        logp = torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))
+    logp = _log_probs(probs, logits)
     if t.dim() < 2 or logp.dim() < 2 or t.shape[-2:] != logp.shape[-2:]:
         raise ValueError(f"true_probs and the model's scores must both have shape (..., N, K) with "
                          f"the same N and K, got {tuple(t.shape)} and {tuple(logp.shape)}")
