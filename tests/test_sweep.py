@@ -42,6 +42,7 @@ def test_profiles_expand_to_unique_valid_runs():
     smoke = sweep.get_profile("smoke").expand()
     assert {r.loss.name for r in smoke} == set(LOSSES)
     assert {r.dataset for r in smoke} == {"gaussian_mixture", "fashion_mnist"}
+    assert len(smoke) == len(LOSSES)  # each loss once: the smoke sweep stays short
 
 
 def test_run_id_depends_on_every_setting():
@@ -123,7 +124,7 @@ def test_smoke_sweep_end_to_end(smoke_runs):
     assert (table.groupby("run")["accuracy"].nunique() == 1).all()
     # Psi has the training gamma exactly for the plain focal loss
     psi = table[table["method"] == "Psi"].set_index("loss_label")["gamma_ev"]
-    assert psi["focal (gamma=1)"] == 1.0 and psi["cross-entropy"] == 0.0 and psi["FLSD-53"] == 0.0
+    assert psi["focal (gamma=3)"] == 3.0 and psi["cross-entropy"] == 0.0 and psi["FLSD-53"] == 0.0
     for r in runs:
         d = smoke_runs / "runs" / r.run_id
         for name in sweep.TEMPLATES:

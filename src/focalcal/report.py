@@ -38,8 +38,9 @@ it is the identity (``gamma = 0``) and equals "uncalibrated".
 Each row reports, on the test set: ``accuracy``, ``nll`` (nats), ``ece_mass`` (15 equal-mass
 bins, K&K's ECE), ``ece_width`` (15 equal-width bins, Mukhoti's ECE), ``classwise_ece`` (15
 equal-width bins per class), ``brier``; plus the selected ``temperature`` and ``gamma_ev``, the
-``criterion``, the criterion's value on the validation set (``val_score``) and the set sizes.
-All metrics are fractions (not percentages).
+``criterion``, the criterion's value on the validation set (``val_score``), the set sizes
+(``n_val``, ``n_test``) and the temperature grid (``n_temperatures`` values from ``t_min`` to
+``t_max``). All metrics are fractions (not percentages).
 """
 
 from __future__ import annotations
@@ -306,7 +307,9 @@ def calibrate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: A
                      "temperature": t, "gamma_ev": g,
                      "val_score": None if score is None else float(score),
                      **metric_row(yt, lp, n_bins=n_bins),
-                     "n_val": int(zv.shape[0]), "n_test": int(zt.shape[0])})
+                     "n_val": int(zv.shape[0]), "n_test": int(zt.shape[0]),
+                     "n_temperatures": len(temps), "t_min": float(min(temps)),
+                     "t_max": float(max(temps))})
     return Calibration(rows, log_probs, fitted)
 
 
@@ -625,7 +628,8 @@ def plot_training_curves(histories, *, split: str = "test", metrics_: Sequence[s
             h = histories[histories["loss_label"] == lo]
             mean = h.groupby("epoch")[col].mean()
             c, ls = styles[lo]
-            ax.plot(mean.index, mean.to_numpy(), color=c, linestyle=ls, label=lo)
+            ax.plot(mean.index, mean.to_numpy(), color=c, linestyle=ls, label=lo, marker="o",
+                    markersize=2.5)
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"{split} {names.get(m, m)}")
     axes[0].legend(fontsize=8)
