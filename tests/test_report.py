@@ -316,10 +316,10 @@ def test_load_histories(tmp_path):
 def test_figures_have_labels():
     import matplotlib.pyplot as plt
 
-    fig, axes = report.plot_training_curves(fake_histories(), metrics_=("nll", "error"))
+    fig, axes = report.plot_training_curves(fake_histories(), panels=("nll", "error"))
     assert [ax.get_xlabel() for ax in axes] == ["epoch", "epoch"]
     assert axes[0].get_ylabel() == "test NLL (nats)"
-    labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["cross-entropy", "focal (gamma=3)"]
     plt.close(fig)
     z, y = overconfident_logits(200, seed=9)

@@ -166,7 +166,8 @@ RUNNER = textwrap.dedent(f"""
     from focalcal import sweep
 
     sweep.PROFILES["tiny"] = tiny_profile()
-    sys.exit(sweep.main(["--profile", "tiny", "--out", sys.argv[1], "--jobs", "1"]))
+    if __name__ == "__main__":  # the runs' processes import this script again (multiprocessing)
+        sys.exit(sweep.main(["--profile", "tiny", "--out", sys.argv[1], "--jobs", "1"]))
 """)
 
 
@@ -241,6 +242,22 @@ def test_sigkill_then_resume(tmp_path):
         assert not list(slow_dir.glob(pattern)), pattern
     table = pd.read_csv(out / "results.csv")
     assert sorted(set(table["run"])) == sorted([quick, slow]) and "stale" not in set(table["method"])
+
+
+@pytest.mark.notebooks
+def test_failed_run_is_reported_and_the_others_finish(tmp_path, monkeypatch):
+    good = sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0],
+                       train={**TINY_TRAIN, "epochs": 1}, posthoc={"fts_temperatures": 10})
+    bad = sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("focal", gama=2.0)], [0],
+                      train={**TINY_TRAIN, "epochs": 1})
+    monkeypatch.setitem(sweep.PROFILES, "mixed", sweep.Profile("test", [good, bad]))
+    with pytest.raises(RuntimeError, match="1 of 2 runs failed") as err:
+        sweep.run_sweep("mixed", tmp_path, jobs=2, progress=False)
+    (bad_spec,) = bad.expand()
+    assert bad_spec.run_id in str(err.value) and "valid parameters: gamma" in str(err.value)
+    assert not (tmp_path / "runs" / bad_spec.run_id / sweep.RESULT).exists()
+    table = pd.read_csv(tmp_path / "results.csv")  # the finished run is collected all the same
+    assert set(table["run"]) == {good.expand()[0].run_id}
 
 
 # --------------------------------------------------------------------------- submitit (SLURM) ---

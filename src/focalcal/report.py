@@ -586,7 +586,7 @@ def _loss_styles(labels: Iterable[str]) -> dict[str, tuple[str, Any]]:
     return styles
 
 
-def plot_training_curves(histories, *, split: str = "test", metrics_: Sequence[str] = ("nll", "error", "ece"),
+def plot_training_curves(histories, *, split: str = "test", panels: Sequence[str] = ("nll", "error", "ece"),
                          axes: Any = None):
     """Mean over seeds of ``split``'s per-epoch metrics, one line per loss (Mukhoti Fig. 2).
 
@@ -595,7 +595,7 @@ def plot_training_curves(histories, *, split: str = "test", metrics_: Sequence[s
     histories : DataFrame
         From :func:`load_histories`.
     split : {"train", "val", "test"}
-    metrics_ : sequence of {"nll", "error", "ece", "accuracy", "entropy", "confidence", ...}
+    panels : sequence of {"nll", "error", "ece", "accuracy", "entropy", "confidence", ...}
         Fields recorded by the trainer, one panel each.
     axes : sequence of matplotlib Axes, optional
 
@@ -613,16 +613,16 @@ def plot_training_curves(histories, *, split: str = "test", metrics_: Sequence[s
              "nll_incorrect": "NLL of misclassified samples (nats)",
              "entropy_incorrect": "entropy of misclassified samples (nats)"}
     if axes is None:
-        ncols = len(metrics_) if len(metrics_) <= 3 else 2
-        nrows = -(-len(metrics_) // ncols)
+        ncols = len(panels) if len(panels) <= 3 else 2
+        nrows = -(-len(panels) // ncols)
         fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.0 * nrows), squeeze=False)
-        for ax in axes.flat[len(metrics_):]:
+        for ax in axes.flat[len(panels):]:
             ax.remove()
-    axes = np.atleast_1d(axes).ravel()[:len(metrics_)]
+    axes = np.atleast_1d(axes).ravel()[:len(panels)]
     fig = axes[0].figure
     labels = list(dict.fromkeys(histories["loss_label"]))
     styles = _loss_styles(labels)
-    for ax, m in zip(axes, metrics_):
+    for ax, m in zip(axes, panels):
         col = f"{split}_{m}"
         for lo in labels:
             h = histories[histories["loss_label"] == lo]
@@ -632,8 +632,12 @@ def plot_training_curves(histories, *, split: str = "test", metrics_: Sequence[s
                     markersize=2.5)
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"{split} {names.get(m, m)}")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    # one legend below the panels, where it hides no curve
+    handles, names_ = axes[0].get_legend_handles_labels()
+    ncol = min(3, len(names_))
+    fig.legend(handles, names_, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, 0.0))
+    rows = axes[0].get_gridspec().nrows if axes[0].get_subplotspec() is not None else 1
+    fig.tight_layout(rect=(0, 0.07 * -(-len(names_) // ncol) / rows, 1, 1))
     return fig, axes
 
 
