@@ -147,13 +147,18 @@ def test_smoke_sweep_end_to_end(smoke_runs):
 TINY_TRAIN = {"train_subset": 2000, "eval_subset": 500, "batch_size": 128, "schedule": "cpu_adam",
               "device": "cpu"}
 
+# enough epochs that the slow run cannot finish in the second an orphaned kernel takes to notice
+# that its parent was killed (ipykernel polls its parent once a second)
+SLOW_EPOCHS = 60
+
+
 def tiny_profile() -> sweep.Profile:
     """A test-only profile: a quick run first, then one long enough to be killed while training."""
     return sweep.Profile("test", [
         sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0],
                     train={**TINY_TRAIN, "epochs": 1}, posthoc={"fts_temperatures": 10}),
         sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("focal", gamma=2.0)], [0],
-                    train={**TINY_TRAIN, "epochs": 20}, posthoc={"fts_temperatures": 10}),
+                    train={**TINY_TRAIN, "epochs": SLOW_EPOCHS}, posthoc={"fts_temperatures": 10}),
     ])
 
 
@@ -215,7 +220,7 @@ def test_sigkill_then_resume(tmp_path):
 
     assert not (slow_dir / sweep.RESULT).exists()
     epochs_done = len(json.loads((slow_dir / "history.json").read_text())["records"])
-    assert 1 <= epochs_done < 20
+    assert 1 <= epochs_done < SLOW_EPOCHS
     done = (quick_dir / sweep.RESULT).stat()
     quick_nb = (quick_dir / "train_classifier.ipynb").stat().st_mtime_ns
     # what a crash between the two templates could leave: a stale calibration.json and temporary
@@ -234,10 +239,10 @@ def test_sigkill_then_resume(tmp_path):
     rec = json.loads((slow_dir / sweep.RESULT).read_text())
     assert [r["method"] for r in rec["rows"]] == list(report.METHODS)
     history = json.loads((slow_dir / "history.json").read_text())["records"]
-    assert [h["epoch"] for h in history] == list(range(1, 21))
+    assert [h["epoch"] for h in history] == list(range(1, SLOW_EPOCHS + 1))
     # the trainer continued from its checkpoint instead of starting over
     nb = (slow_dir / "train_classifier.ipynb").read_text()
-    assert "resumed after" in nb and "of 20 epochs" in nb
+    assert "resumed after" in nb and f"of {SLOW_EPOCHS} epochs" in nb
     for pattern in LEFTOVERS:
         assert not list(slow_dir.glob(pattern)), pattern
     table = pd.read_csv(out / "results.csv")

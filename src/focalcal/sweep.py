@@ -499,7 +499,7 @@ def run_sweep(profile: str, out: str | os.PathLike, *, executor: str = "local", 
     """Execute every pending run of ``profile`` and return the collected results table.
 
     ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
-    :mod:`multiprocessing`'s fork server, its output in ``<run>/run.log``), with
+    the fork server of ``multiprocessing``, its output in ``<run>/run.log``), with
     ``cpu_count // jobs`` threads per run; ``"slurm"`` submits one job per run through submitit
     (``submitit_cluster="local"`` runs them as local processes, for tests). A script that calls
     this function must do so under ``if __name__ == "__main__":``, as multiprocessing requires
