@@ -11,6 +11,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= cpu
 RUNS   ?= runs/$(PROFILE)
+JOBS   ?= 2               # runs at a time in `make sweep` and `make book` (the cpu profile is sized for 2 cores)
 
 # The published CIFAR-10 logits: a local copy beside the project wins over the download.
 SHARED_LOGITS := $(abspath ../shared/data/cifar10-resnet50-logits)
@@ -63,7 +64,7 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not book and not notebooks"
 
 sweep: install
-	$(BIN)/python -m focalcal.sweep --profile $(PROFILE) --out $(RUNS) --executor local
+	$(BIN)/python -m focalcal.sweep --profile $(PROFILE) --out $(RUNS) --executor local --jobs $(JOBS)
 
 book: install sweep
 	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . -W -n --keep-going

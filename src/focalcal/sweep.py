@@ -371,7 +371,9 @@ def pending(runs: Iterable[RunSpec], out: Path) -> list[RunSpec]:
     return [r for r in runs if not (out / "runs" / r.run_id / RESULT).is_file()]
 
 
-_PRELOAD = ("focalcal.sweep", "focalcal.io", "papermill", "jupytext", "nbformat")
+# Not focalcal.sweep itself: under `python -m focalcal.sweep` each run's process executes it again
+# as its main module, and runpy warns when that module is already imported.
+_PRELOAD = ("focalcal.io", "papermill", "jupytext", "nbformat")
 _CONTEXT = None
 
 
