@@ -19,7 +19,6 @@ ifneq ($(wildcard $(SHARED_LOGITS)/ce_test.npz),)
 export FOCALCAL_LOGITS_DIR ?= $(SHARED_LOGITS)
 endif
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
 .PHONY: help install system-deps test test-fast book sweep bench lab clean
 
@@ -66,7 +65,14 @@ test-fast: install
 sweep: install
 	$(BIN)/python -m focalcal.sweep --profile $(PROFILE) --out $(RUNS) --executor local --jobs $(JOBS)
 
-book: install sweep
+# jupyter-cache keys a chapter on its own cells: when the library changes, the cached outputs of
+# the theory chapters would be stale, so the cache is dropped whenever src/focalcal/ is newer
+CACHE_STAMP := _build/.jupyter_cache.stamp
+$(CACHE_STAMP): $(wildcard src/focalcal/*.py)
+	rm -rf _build/.jupyter_cache
+	@mkdir -p _build && touch $@
+
+book: install sweep $(CACHE_STAMP)
 	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"

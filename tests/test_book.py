@@ -9,6 +9,7 @@ image present and non-empty.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,6 +102,24 @@ def test_page_executed_without_error(built_book, page):
     # myst-nb renders a cell's error output as a block with the classes "output traceback"
     errors = BeautifulSoup(text, "html.parser").select(".output.traceback")
     assert not errors, f"{page} shows an error output: {errors[0].get_text()[:500]}"
+
+
+# a figure the source creates: plt.subplots / plt.figure, or a focalcal plot_* helper that makes its own
+FIGURE_CALLS = re.compile(r"plt\.(?:subplots|figure)\(")
+PLOT_HELPER = re.compile(r"\bplot_\w+\(")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_shows_its_figures(built_book, page):
+    # The build runs with MPLBACKEND=Agg exported, as on a headless machine: a chapter's figures
+    # must reach the page all the same (focalcal.plotting.use_book_style selects the inline backend)
+    source = (ROOT / f"{page}.md").read_text()
+    expected = len(FIGURE_CALLS.findall(source))
+    if PLOT_HELPER.search(source):
+        expected = max(expected, 1)
+    soup = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser")
+    shown = len(soup.select("main img"))
+    assert shown >= expected, f"{page}: {shown} images for the {expected} figures its source creates"
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -84,12 +84,25 @@ def use_book_style() -> None:
         "lines.linewidth": 1.8,
         "image.cmap": "viridis",
     })
-    try:  # vector figures in the HTML book where the notebook front-end allows it
+    if _in_jupyter_kernel():
+        # A kernel inherits MPLBACKEND from the shell that started it; with "Agg" (usual on a
+        # headless machine) plt.show() and the end of a cell draw nothing, and the executed
+        # chapter would silently lose every figure. The inline backend puts them in the notebook,
+        # as vector graphics for the HTML book.
+        from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
+        get_ipython().run_line_magic("matplotlib", "inline")
         set_matplotlib_formats("svg")
-    except ImportError:  # pragma: no cover - outside IPython
-        pass
+
+
+def _in_jupyter_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency of the book extra
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def simplex_frame(ax, title: str | None = None,
