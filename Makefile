@@ -72,8 +72,10 @@ $(CACHE_STAMP): $(wildcard src/focalcal/*.py)
 	rm -rf _build/.jupyter_cache
 	@mkdir -p _build && touch $@
 
+# --all makes Sphinx read every page again, so the experiment pages (execution_mode: force) always
+# re-execute on the sweep's current results; the theory chapters come from the execution cache.
 book: install sweep $(CACHE_STAMP)
-	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . -W -n --keep-going
+	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . --all -W -n --keep-going
 	@echo
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"
 
