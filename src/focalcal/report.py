@@ -664,8 +664,9 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     n = len(log_probs)
     if n == 0:
         raise ValueError("log_probs must name at least one method")
-    fig, axes = plt.subplots(2, n, figsize=(3.3 * n, 4.8), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.12})
+    # rows share their y axis, so only the outer panels carry tick labels and none overlaps a neighbour
+    fig, axes = plt.subplots(2, n, figsize=(3.3 * n, 4.8), sharex=True, sharey="row", squeeze=False,
+                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.08})
     for j, (method, lp) in enumerate(log_probs.items()):
         metrics.plot_reliability(labels, logits=lp, n_bins=n_bins, binning=binning,
                                  method=FAMILIES.get(method, method), title=method,
@@ -684,6 +685,8 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     fig.legend(handles, names, loc="lower center", ncol=len(names), bbox_to_anchor=(0.5, 0.0))
     fig.supxlabel(xlabel, y=0.075, fontsize=10)
     fig.subplots_adjust(bottom=0.24)
+    fig.align_ylabels(axes[:, 0])
     if title:
         fig.suptitle(title, fontsize=10)
+        fig.subplots_adjust(top=0.84)  # room for the suptitle above the panel titles
     return fig, axes
