@@ -11,7 +11,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= cpu
 RUNS   ?= runs/$(PROFILE)
-JOBS   ?= 2               # runs at a time in `make sweep` and `make book` (the cpu profile is sized for 2 cores)
+# runs at a time in `make sweep` and `make book` (the cpu profile is sized for 2 cores)
+JOBS   ?= 2
 
 # The published CIFAR-10 logits: a local copy beside the project wins over the download.
 SHARED_LOGITS := $(abspath ../shared/data/cifar10-resnet50-logits)
