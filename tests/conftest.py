@@ -10,13 +10,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_LOGITS = ROOT.parent / "shared" / "data" / "cifar10-resnet50-logits"
 
-# Tests never download: point the loader at the local copy that CI and developers have beside
-# the project (the Makefile exports the same variable).
-if SHARED_LOGITS.is_dir():
-    os.environ.setdefault("FOCALCAL_LOGITS_DIR", str(SHARED_LOGITS))
+# Tests never download: they read the local copy of the published logits that CI and developers
+# have. `make test` finds it and exports FOCALCAL_LOGITS_DIR; a bare `pytest` in a checkout with
+# ../shared beside it finds it here. Set before any test module imports focalcal.
+_BESIDE = ROOT.parent / "shared" / "data" / "cifar10-resnet50-logits"
+if "FOCALCAL_LOGITS_DIR" not in os.environ and _BESIDE.is_dir():
+    os.environ["FOCALCAL_LOGITS_DIR"] = str(_BESIDE)
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session")
+def shared_logits_dir() -> Path:
+    """The local copy of the published CIFAR-10 logits (tests that need real data fail without it)."""
+    env = os.environ.get("FOCALCAL_LOGITS_DIR")
+    if not env or not (Path(env) / "ce_test.npz").is_file():
+        pytest.fail("the published CIFAR-10 logits are needed: set FOCALCAL_LOGITS_DIR to a directory "
+                    "holding ce_test.npz etc. (`make test` looks in ../shared/data/cifar10-resnet50-logits "
+                    f"beside the project and beside the repository it was cloned from); got {env!r}")
+    return Path(env)
 
 
 @pytest.fixture(scope="session")

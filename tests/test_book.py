@@ -57,8 +57,9 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="session")
-def built_book(smoke_runs) -> Path:
-    """Build the whole book once, into _build/test, with the smoke sweep's results."""
+def built_book(smoke_runs, shared_logits_dir) -> Path:
+    """Build the whole book once, into _build/test, with the smoke sweep's results and the
+    published logits (the build inherits FOCALCAL_LOGITS_DIR)."""
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     # the test build keeps its own execution cache so it never mixes with `make book`'s
     cfg["execute"]["cache"] = str(OUT / ".jupyter_cache")
@@ -144,3 +145,11 @@ def test_page_reads_well_in_chromium(built_book, rendered, page):
             pytest.fail(f"{page}: image {src} needs the network")
         path = (built_book / page).parent / src
         assert path.is_file() and path.stat().st_size > 0, f"{page}: image {src} missing or empty"
+
+
+def test_published_logits_page_shows_the_data(built_book):
+    # without the logits the page degrades to a note (for readers offline); the test build has
+    # them, so the note would mean the page computed nothing
+    text = (built_book / "book" / "experiments" / "cifar10_logits.html").read_text()
+    assert "not available on this machine" not in text
+    assert BeautifulSoup(text, "html.parser").select("main img"), "the reliability figure is missing"

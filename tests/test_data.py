@@ -22,7 +22,6 @@ from focalcal.data import (DATASETS, DataUnavailableError, GaussianMixture, char
                            gaussian_mixture_task, get_dataset, make_loaders, read_cifar,
                            tiny_imagenet_val_mask, train_val_indices)
 
-SHARED_LOGITS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-resnet50-logits"
 
 
 # ============================================================================ synthetic tasks ===
@@ -481,8 +480,8 @@ def test_make_loaders_workers_reproducible(cifar10_root):
 
 # ========================================================================== published logits ===
 
-def test_published_logits_local_copy_still_loads():
-    logits, labels = D.published_logits("ce", "test", root=SHARED_LOGITS, download=False)
+def test_published_logits_local_copy_still_loads(shared_logits_dir):
+    logits, labels = D.published_logits("ce", "test", root=shared_logits_dir, download=False)
     assert logits.shape == (10_000, 10) and logits.dtype == torch.float64
     assert labels.shape == (10_000,) and int(labels.max()) == 9
     assert (logits.argmax(1) == labels).double().mean().item() == pytest.approx(0.906, abs=0.005)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 
 import matplotlib
 
@@ -22,13 +21,11 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-os.environ.setdefault("FOCALCAL_LOGITS_DIR", "/work/shared/data/cifar10-resnet50-logits")
+import netcal.metrics as netcal_metrics
+from torchmetrics.functional.classification import multiclass_calibration_error
 
-from focalcal import metrics as M  # noqa: E402
-from focalcal.data import published_logits  # noqa: E402
-
-import netcal.metrics as netcal_metrics  # noqa: E402
-from torchmetrics.functional.classification import multiclass_calibration_error  # noqa: E402
+from focalcal import metrics as M
+from focalcal.data import published_logits
 
 HYP = settings(max_examples=40, deadline=None)
 
@@ -38,8 +35,8 @@ HYP = settings(max_examples=40, deadline=None)
 # --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def real():
-    logits, labels = published_logits("ce", "test")
+def real(shared_logits_dir):
+    logits, labels = published_logits("ce", "test", download=False)
     return logits, labels
 
 

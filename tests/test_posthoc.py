@@ -51,9 +51,9 @@ def _loop_scores(z, y, gammas, temps, criterion):
 
 
 @pytest.fixture(scope="module")
-def ce_split():
+def ce_split(shared_logits_dir):
     """Real CIFAR-10 ResNet-50 cross-entropy test logits, a fixed random half to fit on."""
-    z, y = data.published_logits("ce", "test")
+    z, y = data.published_logits("ce", "test", download=False)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     fit, ev = perm[:5000], perm[5000:]
     return z[fit], y[fit], z[ev], y[ev]

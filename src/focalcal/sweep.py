@@ -542,11 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (local executor)")
     p.add_argument("--list", action="store_true", help="print the profile's runs and exit")
     p.add_argument("--slurm-partition", default=None)
-    p.add_argument("--run-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.run_one:
-        execute_run(json.loads(args.run_one), args.out)
-        return 0
     if not args.profile:
         p.error("--profile is required")
     if args.list:
