@@ -331,3 +331,91 @@ def test_figures_have_labels():
     plt.close(fig)
     with pytest.raises(ValueError, match="at least one method"):
         report.plot_reliability_panel(y, {})
+
+
+# --------------------------------------------------------------- synthetic: true posterior ---
+
+def write_synthetic_run(d, log_probs, labels, rows, *, dataset="charoenphakdee_1d"):
+    d.mkdir(parents=True)
+    atomic_write_json(d / "config.json", {"config": {
+        "dataset": dataset, "model": "mlp", "loss": "focal", "loss_params": '{"gamma": 3.0}', "seed": 0,
+        "train_subset": 0, "eval_subset": 0}})
+    atomic_torch_save({"val_logits": log_probs[:10].float(), "val_labels": labels[:10],
+                       "test_logits": log_probs.float(), "test_labels": labels}, d / "logits.pt")
+    atomic_write_json(d / "calibration.json", rows)
+
+
+def test_posterior_kl_against_the_true_posterior(tmp_path):
+    from focalcal import maps
+    from focalcal.data import SyntheticDataset, charoenphakdee_1d_task
+
+    # an independent draw of the test split, and the focal risk minimiser of its posterior
+    truth = SyntheticDataset(charoenphakdee_1d_task(), 10_000, seed=0, split="test")
+    q = maps.inverse_focal_map(truth.posterior, 3.0)
+    rows = [{"method": "uncalibrated", "temperature": 1.0, "gamma_ev": 0.0},
+            {"method": "TS (NLL)", "temperature": 0.5, "gamma_ev": 0.0},
+            {"method": "Psi", "temperature": 1.0, "gamma_ev": 3.0}]
+    write_synthetic_run(tmp_path / "runs" / "r", q.log(), truth.targets, rows)
+    results = pd.DataFrame({"run": "r", "dataset": "charoenphakdee_1d", "loss": "focal",
+                            "loss_label": "focal (gamma=3)", "seed": 0, "param_gamma": 3.0,
+                            "method": [r["method"] for r in rows]})
+    kl = report.posterior_kl(tmp_path, results)
+    assert list(kl["method"]) == [r["method"] for r in rows] and (kl["run"] == "r").all()
+    assert (kl["param_gamma"] == 3.0).all() and (kl["family"] == ["uncalibrated", "TS", "Psi"]).all()
+    kl = kl.set_index("method")["kl_posterior"]
+    eta = truth.posterior
+
+    def direct(log_p):  # mean_i sum_k eta log(eta / p), p from the stored float32 logits
+        log_p = torch.log_softmax(log_p, -1)
+        return float((eta * (eta.log() - log_p)).sum(-1).mean())
+
+    stored = q.log().float().double()
+    assert kl["uncalibrated"] == pytest.approx(direct(stored), rel=1e-9)
+    assert kl["uncalibrated"] > 0.05  # the focal minimiser is far from the posterior ...
+    assert kl["Psi"] < 1e-8           # ... and Psi maps it back (Charoenphakdee et al., Thm. 11)
+    assert kl["TS (NLL)"] == pytest.approx(direct(stored / 0.5), rel=1e-9)
+
+    test = report.synthetic_test_set(report.load_run(tmp_path / "runs" / "r"))
+    assert torch.equal(test.labels, truth.targets) and torch.equal(test.posterior, eta)
+    assert test.x.shape == (10_000, 1)
+
+
+def test_synthetic_test_set_refuses_other_runs(tmp_path):
+    write_run(tmp_path)  # gaussian_mixture, but its labels are not that task's
+    with pytest.raises(ValueError, match="regenerated test labels"):
+        report.synthetic_test_set(report.load_run(tmp_path))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["config"]["dataset"] = "fashion_mnist"
+    atomic_write_json(tmp_path / "config.json", cfg)
+    with pytest.raises(ValueError, match="only the synthetic tasks"):
+        report.synthetic_test_set(report.load_run(tmp_path))
+
+
+def test_posterior_figures_have_labels():
+    import matplotlib.pyplot as plt
+
+    from focalcal.data import SyntheticDataset, charoenphakdee_1d_task
+    from focalcal.plotting import color
+
+    truth = SyntheticDataset(charoenphakdee_1d_task(), 500, seed=1, split="test")
+    lp = truth.posterior.log()
+    fig, axes = report.plot_posterior_1d(truth.x, truth.posterior, {"a": (lp, "cross-entropy"),
+                                                                     "b": (lp / 2, "Psi")})
+    assert [ax.get_title() for ax in axes] == ["a", "b"]
+    assert axes[0].get_xlabel() == "input x" and axes[0].get_ylabel() == "p(y | x)"
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["true posterior", "class 1", "class 2",
+                                                                  "class 3"]
+    assert axes[1].get_lines()[1].get_color() == color("Psi")
+    plt.close(fig)
+    with pytest.raises(ValueError, match="same N"):
+        report.plot_posterior_1d(truth.x[:10], truth.posterior, {"a": (lp, "Psi")})
+    kl = pd.DataFrame({"dataset": "d", "loss_label": ["x", "x", "y", "y"],
+                       "method": ["uncalibrated", "Psi"] * 2, "kl_posterior": [0.1, 0.01, 0.2, 0.02]})
+    fig, axes = report.plot_posterior_kl(kl, methods=("uncalibrated", "Psi"))
+    assert axes[0].get_yscale() == "log" and "KL" in axes[0].get_ylabel()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["uncalibrated", "Psi"]
+    heights = sorted(round(p.get_height(), 6) for p in axes[0].patches)
+    assert heights == [0.01, 0.02, 0.1, 0.2]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="no rows"):
+        report.plot_posterior_kl(kl.iloc[:0])

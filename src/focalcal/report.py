@@ -50,7 +50,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -64,7 +64,8 @@ __all__ = [
     "load_run", "training_gamma", "temperature_grid", "metric_row", "calibrate", "apply_calibration",
     "load_results", "describe_runs", "table1", "format_table1", "compare_calibrations",
     "representative_runs", "load_histories", "nll_overfitting", "plot_training_curves",
-    "plot_reliability_panel", "runs_dir",
+    "plot_reliability_panel", "runs_dir", "SyntheticTestSet", "synthetic_test_set", "posterior_kl",
+    "plot_posterior_1d", "plot_posterior_kl",
 ]
 
 #: the post-hoc methods of :func:`calibrate`, in the order of their rows
@@ -567,6 +568,104 @@ def nll_overfitting(histories, *, split: str = "test"):
 
 
 # --------------------------------------------------------------------------------------------
+# synthetic tasks: distance to the true posterior
+# --------------------------------------------------------------------------------------------
+
+class SyntheticTestSet(NamedTuple):
+    """The test split of a run on a synthetic task (:func:`synthetic_test_set`)."""
+
+    x: torch.Tensor          #: inputs, shape (N, d)
+    labels: torch.Tensor     #: shape (N,), int64
+    posterior: torch.Tensor  #: the true posterior ``eta(x)``, shape (N, K), float64
+
+
+def synthetic_test_set(run: Run) -> SyntheticTestSet:
+    """Regenerate the test samples of a run on a synthetic task, with their true posterior.
+
+    The trainer stores only logits; a synthetic split is a pure function of the dataset name, the
+    seed and the subset sizes in the run's configuration (:func:`focalcal.data.make_loaders`), so
+    it is drawn again here, in the order of the stored logits.
+
+    Raises
+    ------
+    ValueError
+        The run's dataset is not synthetic, or the regenerated labels differ from the stored ones
+        (the data code changed since the run: re-run it).
+    """
+    from torch.utils.data import Subset
+
+    from .data import DATASETS, make_loaders
+    from .sweep import subset_sizes
+
+    name = run.config["dataset"]
+    if name not in DATASETS or DATASETS[name].kind != "synthetic":
+        synthetic = [n for n, info in DATASETS.items() if info.kind == "synthetic"]
+        raise ValueError(f"run {run.run_dir.name} is on dataset {name!r}; only the synthetic "
+                         f"tasks {synthetic} have a known posterior")
+    subset = subset_sizes(run.config.get("train_subset", 0), run.config.get("eval_subset", 0))
+    test = make_loaders(name, seed=int(run.config["seed"]), subset=subset).test.dataset
+    idx = torch.as_tensor(test.indices) if isinstance(test, Subset) else None
+    base = test.dataset if isinstance(test, Subset) else test
+    x, y, post = base.x, base.targets, base.posterior
+    if idx is not None:
+        x, y, post = x[idx], y[idx], post[idx]
+    if not torch.equal(y, run.test_labels):
+        raise ValueError(f"the regenerated test labels of {run.run_dir} differ from the stored "
+                         f"ones: the data code changed since the run; run it again")
+    return SyntheticTestSet(x, y, post)
+
+
+def posterior_kl(out: str | os.PathLike, results=None):
+    """KL divergence to the true posterior of every synthetic run x calibration method.
+
+    For each run on a synthetic task and each row of its ``calibration.json``, the test
+    predictions are recomputed from the stored parameters (:func:`apply_calibration`) and compared
+    with ``eta(x)`` (:func:`synthetic_test_set`): ``mean_i KL(eta(x_i) || p(x_i))`` in nats
+    (:func:`focalcal.metrics.kl_to_posterior`). A proper loss drives this to 0 as the model
+    approaches the Bayes posterior; the focal loss's minimiser stays away from it, and Psi maps it
+    back (Charoenphakdee et al. 2021, Thm. 11).
+
+    Parameters
+    ----------
+    out : path
+        The sweep folder.
+    results : DataFrame, optional
+        Rows of :func:`load_results` to use (default: all of ``out``'s); runs on image datasets
+        are left out.
+
+    Returns
+    -------
+    DataFrame
+        One row per run x method: ``run``, ``dataset``, ``loss``, ``loss_label``, ``seed``, the
+        loss parameters of ``results`` (``param_<name>``), ``method``, ``family``,
+        ``temperature``, ``gamma_ev``, ``kl_posterior``.
+    """
+    import pandas as pd
+
+    from .data import DATASETS
+
+    if results is None:
+        results = load_results(out)
+    synthetic = {n for n, info in DATASETS.items() if info.kind == "synthetic"}
+    runs = results[results["dataset"].isin(synthetic)].drop_duplicates("run")
+    param_cols = [c for c in results.columns if c.startswith("param_")]  # as collect() names them
+    rows = []
+    for _, r in runs.iterrows():
+        run = load_run(Path(out) / "runs" / r["run"])
+        truth = synthetic_test_set(run)
+        for row in run.calibration or []:
+            kl = metrics.kl_to_posterior(truth.posterior, logits=apply_calibration(row, run.test_logits))
+            rows.append({"run": r["run"], "dataset": r["dataset"], "loss": r["loss"],
+                         "loss_label": r["loss_label"], "seed": int(r["seed"]),
+                         **{c: r[c] for c in param_cols},
+                         "method": row["method"], "family": FAMILIES.get(row["method"], row["method"]),
+                         "temperature": row["temperature"], "gamma_ev": row["gamma_ev"],
+                         "kl_posterior": float(kl)})
+    return pd.DataFrame(rows, columns=["run", "dataset", "loss", "loss_label", "seed", *param_cols,
+                                       "method", "family", "temperature", "gamma_ev", "kl_posterior"])
+
+
+# --------------------------------------------------------------------------------------------
 # figures
 # --------------------------------------------------------------------------------------------
 
@@ -689,4 +788,108 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     if title:
         fig.suptitle(title, fontsize=10)
         fig.subplots_adjust(top=0.84)  # room for the suptitle above the panel titles
+    return fig, axes
+
+
+def plot_posterior_1d(x: Any, posterior: Any, panels: Mapping[str, tuple[Any, str]], *,
+                      class_names: Sequence[str] | None = None):
+    """True and predicted class posteriors along a 1-D input, one panel per model.
+
+    Parameters
+    ----------
+    x : Tensor, shape (N, 1) or (N,)
+        The inputs (e.g. :attr:`SyntheticTestSet.x`), in any order.
+    posterior : Tensor, shape (N, K)
+        The true posterior ``eta(x)``, drawn in black in every panel.
+    panels : mapping title -> (log_probs of shape (N, K), colour key)
+        One panel per entry; the predictions are drawn in the book colour of the key
+        (:func:`focalcal.plotting.color`), one line style per class.
+    class_names : sequence of str, optional
+
+    Returns
+    -------
+    (Figure, 1-D array of Axes)
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from .plotting import LINESTYLES, color
+
+    xs = torch.as_tensor(x).reshape(-1).double()
+    eta = torch.as_tensor(posterior).double()
+    if eta.dim() != 2 or eta.shape[0] != xs.shape[0]:
+        raise ValueError(f"x and posterior must have shapes (N,) or (N, 1) and (N, K) with the same N, "
+                         f"got {tuple(torch.as_tensor(x).shape)} and {tuple(eta.shape)}")
+    if not panels:
+        raise ValueError("panels must name at least one model")
+    k = eta.shape[1]
+    names = list(class_names) if class_names is not None else [f"class {j + 1}" for j in range(k)]
+    order = torch.argsort(xs)
+    xs, eta = xs[order].numpy(), eta[order].numpy()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, (title, (log_probs, key)) in zip(axes, panels.items()):
+        probs = torch.as_tensor(log_probs).double().exp()[order].numpy()
+        for j in range(k):
+            ls = LINESTYLES[j % len(LINESTYLES)]
+            ax.plot(xs, eta[:, j], color=color("true posterior"), lw=1.0, ls=ls)
+            ax.plot(xs, probs[:, j], color=color(key), lw=2.0, ls=ls, alpha=0.9)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("input x")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].set_ylabel("p(y | x)")
+    handles = [Line2D([], [], color=color("true posterior"), lw=1.0, label="true posterior")]
+    handles += [Line2D([], [], color="0.4", lw=2.0, ls=LINESTYLES[j % len(LINESTYLES)], label=names[j])
+                for j in range(k)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig, axes
+
+
+def plot_posterior_kl(kl, *, methods: Sequence[str] = ("uncalibrated", "TS (NLL)", "focal TS (NLL)", "Psi"),
+                      losses: Sequence[str] | None = None):
+    """Grouped bars of the KL divergence to the true posterior, one panel per synthetic dataset.
+
+    Parameters
+    ----------
+    kl : DataFrame
+        From :func:`posterior_kl` (averaged over seeds here).
+    methods : sequence of str
+        Methods of :data:`METHODS`, one bar each, coloured by family.
+    losses : sequence of str, optional
+        Training losses (``loss_label``) in the order of the groups (default: as they appear).
+
+    Returns
+    -------
+    (Figure, 1-D array of Axes)
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .plotting import color
+
+    if not len(kl):
+        raise ValueError("kl has no rows: the sweep has no finished run on a synthetic task")
+    datasets = list(dict.fromkeys(kl["dataset"]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6.2 * len(datasets), 3.6), squeeze=False)
+    axes = axes[0]
+    hatches = ("", "//", "..", "xx")
+    width = 0.8 / len(methods)
+    for ax, ds in zip(axes, datasets):
+        sub = kl[kl["dataset"] == ds]
+        _, order = _select(sub, None, losses)
+        mean = sub.groupby(["loss_label", "method"])["kl_posterior"].mean()
+        pos = np.arange(len(order))
+        for i, method in enumerate(methods):
+            vals = [mean.get((lo, method), np.nan) for lo in order]
+            ax.bar(pos + (i - (len(methods) - 1) / 2) * width, vals, width,
+                   color=color(FAMILIES.get(method, method)), hatch=hatches[i % len(hatches)],
+                   edgecolor="white", linewidth=0.3, label=method)
+        ax.set_xticks(pos, order, rotation=25, ha="right")
+        ax.set_yscale("log")
+        ax.set_ylabel("KL(true posterior || p) (nats)")
+        ax.set_title(ds, fontsize=10)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(methods), bbox_to_anchor=(0.5, 1.02))
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     return fig, axes
