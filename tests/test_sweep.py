@@ -41,8 +41,8 @@ def test_profiles_expand_to_unique_valid_runs():
     assert {lo.name for lo in sweep.ALL_LOSSES} == set(LOSSES)
     smoke = sweep.get_profile("smoke").expand()
     assert {r.loss.name for r in smoke} == set(LOSSES)
-    assert {r.dataset for r in smoke} == {"gaussian_mixture", "fashion_mnist"}
-    assert len(smoke) == len(LOSSES)  # each loss once: the smoke sweep stays short
+    assert {r.dataset for r in smoke} == {"gaussian_mixture", "charoenphakdee_1d", "fashion_mnist"}
+    assert len(smoke) == len(LOSSES) + len(sweep.SMOKE_PAIR)  # each loss once (the pair twice): short
 
 
 def test_run_id_depends_on_every_setting():
