@@ -336,10 +336,13 @@ class _FusedLogProbLoss(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         logp, index, dphi = ctx.saved_tensors
         c = dphi * grad_out.unsqueeze(1) if ctx.scale is None else dphi * (grad_out * ctx.scale)
-        grad = torch.exp(logp) if ctx.scratch is None else torch.exp(logp, out=ctx.scratch)
+        # G = sum_a c_ia e_{idx_ia}; the gradient G - p * rowsum(G) is exactly log_softmax's
+        # backward, whose fused kernel is what F.cross_entropy uses: one pass over (M, K) instead of
+        # a separate exp and multiply (together about twice as slow on the CPU)
+        g = torch.zeros_like(logp) if ctx.scratch is None else ctx.scratch.zero_()
         ctx.scratch = None
-        grad.mul_(c.neg() if c.shape[1] == 1 else c.sum(1, keepdim=True).neg_())
-        grad.scatter_add_(1, index, c)
+        g.scatter_add_(1, index, c)
+        grad = torch._log_softmax_backward_data(g, logp, 1, logp.dtype)
         return grad, None, None, None, None
 
 
