@@ -105,6 +105,20 @@ def test_page_executed_without_error(built_book, page):
     assert not errors, f"{page} shows an error output: {errors[0].get_text()[:500]}"
 
 
+# TeX that reached the page as text: "$\hat p$" or "$x$" outside any math element (e.g. a glued
+# Markdown string that was not parsed as MyST)
+UNPARSED_MATH = re.compile(r"\$\\[A-Za-z]|\$[A-Za-z]\w*\$")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_has_no_unparsed_math(built_book, page):
+    main = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser").select_one("main")
+    for el in main.select("script, style, pre, code, .cell_input, .math"):
+        el.decompose()
+    hit = UNPARSED_MATH.search(main.get_text(" "))
+    assert hit is None, f"{page}: unparsed TeX near {main.get_text(' ')[max(0, hit.start() - 60):hit.end() + 40]!r}"
+
+
 # a figure the source creates: plt.subplots / plt.figure, or a focalcal plot_* helper that makes its own
 FIGURE_CALLS = re.compile(r"plt\.(?:subplots|figure)\(")
 PLOT_HELPER = re.compile(r"\bplot_\w+\(")
