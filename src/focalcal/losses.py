@@ -307,8 +307,8 @@ class _FusedLogProbLoss(torch.autograd.Function):
 
     ``index`` is an (M, m) index tensor, or a function ``log p -> (index, aux, scratch)`` that
     picks the columns from the log-probabilities inside the forward (the dual-focal competitor;
-    ``scratch`` is an (M, K) work buffer that the backward reuses for the gradient, which saves
-    one large allocation). ``phi(u, aux)`` maps the gathered log-probabilities ``u`` (M, m) to
+    ``scratch`` is an (M, K) work buffer that the backward reuses, which saves one large
+    allocation). ``phi(u, aux)`` maps the gathered log-probabilities ``u`` (M, m) to
     ``(loss (M,), dloss/du (M, m))`` without autograd; the reduction is done here so that the
     whole loss is one autograd node. Backward: ``dl_i/dz_ij = sum_a c_ia (1[j = idx_ia] - p_ij)``.
     """
