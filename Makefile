@@ -26,21 +26,25 @@ export FOCALCAL_LOGITS_DIR ?= $(SHARED_LOGITS)
 endif
 export PYTHONHASHSEED := 0
 
-.PHONY: help install system-deps test test-fast book sweep bench lab clean
+.PHONY: help install system-deps test test-fast lint-imports book sweep bench lab serve lock clean
 
 help:
 	@echo "make book    build the book into _build/html (runs the '$(PROFILE)' sweep first)"
 	@echo "make test    run the whole test suite"
 	@echo "make bench   print the speed benchmarks"
-	@echo "make lab     open the chapters in JupyterLab"
+	@echo "make lab     open the repository in JupyterLab (LAB_ARGS=... passes options)"
+	@echo "make serve   serve the built book on http://localhost:$(PORT)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # pip (not uv/poetry): torch==2.14.1 and torchvision==0.29.1 come from this machine's disk.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[book,test]'
+# pyproject.toml states ranges; the book's environment is pinned by requirements/constraints.txt.
+# book/_lib is the book's helpers (focalcal_book): installed here, never part of the wheel.
+CONSTRAINTS := requirements/constraints.txt
+$(STAMP): pyproject.toml book/_lib/pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[book,test]' -e book/_lib
 	@touch $@
 
 install: $(STAMP) system-deps
@@ -60,21 +64,25 @@ system-deps:
 	fi
 
 # pytest exits 5 when it collected no test: that is a failure here, never a pass
-test: install
+test: install lint-imports
 	@rc=0; $(BIN)/python -m pytest || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # unit tests only: skips the slow book build and sweeps (for development, not CI)
-test-fast: install
+test-fast: install lint-imports
 	$(BIN)/python -m pytest -m "not book and not notebooks"
 
+# the architecture contracts of pyproject.toml ([tool.importlinter])
+lint-imports: install
+	$(BIN)/lint-imports
+
 sweep: install
-	$(BIN)/python -m focalcal.sweep --profile $(PROFILE) --out $(RUNS) --executor local --jobs $(JOBS)
+	$(BIN)/python -m focalcal.lab.sweep --profile $(PROFILE) --out $(RUNS) --executor local --jobs $(JOBS)
 
 # jupyter-cache keys a chapter on its own cells: when the library changes, the cached outputs of
 # the theory chapters would be stale, so the cache is dropped whenever src/focalcal/ is newer
 CACHE_STAMP := _build/.jupyter_cache.stamp
-$(CACHE_STAMP): $(wildcard src/focalcal/*.py)
+$(CACHE_STAMP): $(shell find src/focalcal book/_lib/focalcal_book -name '*.py')
 	rm -rf _build/.jupyter_cache
 	@mkdir -p _build && touch $@
 
@@ -89,8 +97,20 @@ bench: install
 	$(BIN)/python bench/run_all.py
 
 lab: install
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/jupyter lab book
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(BIN)/jupyter lab $(LAB_ARGS)
+
+PORT ?= 8000
+serve:
+	@test -f _build/html/index.html || { echo "no book yet: run make book first" >&2; exit 1; }
+	$(BIN)/python -m http.server $(PORT) --directory _build/html
+
+# re-pin the book's environment after changing pyproject.toml
+lock: install
+	{ echo "# Exact versions of the book's environment (make installs with -c this file; pyproject.toml states ranges)."; \
+	  echo "# Regenerate: make lock  (pip freeze of .venv, editable packages excluded)"; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^focalcal'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

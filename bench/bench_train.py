@@ -1,4 +1,4 @@
-"""Throughput of :func:`focalcal.train.train` on Fashion-MNIST with the small CNN (CPU).
+"""Throughput of :func:`focalcal.lab.train.train` on Fashion-MNIST with the small CNN (CPU).
 
 Compares the trainer (with and without the per-sample gradient-norm records) against a bare
 forward/backward/step loop over the same loader, for a few batch sizes; at most a few hundred
@@ -20,9 +20,9 @@ import time
 import torch
 from torch import nn
 
-from focalcal.data import make_loaders
-from focalcal.models import make_model
-from focalcal.train import select_device, train
+from focalcal.lab.data import make_loaders
+from focalcal.lab.models import make_model
+from focalcal.lab.train import select_device, train
 
 
 def _timed(fn, device: torch.device) -> tuple[float, float]:

@@ -35,7 +35,7 @@ def shared_logits_dir() -> Path:
 def smoke_runs() -> Path:
     """Run the sweep's smoke profile once (resuming if already complete) and return its folder."""
     out = ROOT / "_build" / "test" / "runs-smoke"
-    proc = subprocess.run([sys.executable, "-m", "focalcal.sweep", "--profile", "smoke", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "focalcal.lab.sweep", "--profile", "smoke", "--out", str(out),
                            "--executor", "local", "--jobs", "2"],
                           cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from focalcal import data as D
-from focalcal.data import (DATASETS, DataUnavailableError, GaussianMixture, charoenphakdee_1d_task,
+from focalcal.lab import data as D
+from focalcal.lab.data import (DATASETS, DataUnavailableError, GaussianMixture, charoenphakdee_1d_task,
                            gaussian_mixture_task, get_dataset, make_loaders, read_cifar,
                            tiny_imagenet_val_mask, train_val_indices)
 

@@ -3,7 +3,7 @@
 Oracles: literal per-sample loops of each paper's formula, torch.nn.CrossEntropyLoss (and its
 ``label_smoothing``), torch.autograd.gradcheck in float64, exact Hessians from
 torch.autograd.functional.hessian, the exact empirical selective-risk weights of
-focalcal.selective, and hand-computed tiny cases.
+focalcal_book.selective, and hand-computed tiny cases.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from focalcal import losses as L
-from focalcal import selective as S
+from focalcal_book import selective as S
 
 
 def gen(seed: int) -> torch.Generator:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
-import matplotlib
 
-matplotlib.use("Agg")
 
 import numpy as np
 import pytest
@@ -25,7 +23,7 @@ import netcal.metrics as netcal_metrics
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 from focalcal import metrics as M
-from focalcal.data import published_logits
+from focalcal.lab.data import published_logits
 
 HYP = settings(max_examples=40, deadline=None)
 
@@ -494,20 +492,6 @@ def test_reliability_data_consistent(real, binning):
         assert ((conf >= lo) & ((conf < hi) | (b == 14))).all()
     full = rd.counts > 0
     assert (rd.confidence[full] >= lo.min()).all() and not torch.isnan(rd.accuracy[full]).any()
-
-
-def test_plot_reliability_draws_bins(real):
-    logits, labels = real
-    fig, (ax, axh) = M.plot_reliability(labels, logits=logits, method="ce")
-    rd = M.reliability_data(labels, logits=logits)
-    n_full = int((rd.counts > 0).sum())
-    assert len(ax.patches) == 2 * n_full and len(axh.patches) == n_full
-    assert "0.0562" in ax.get_title()
-    assert ax.get_xlim() == (0, 1) and axh.get_xlabel() and ax.get_ylabel()
-    matplotlib.pyplot.close(fig)
-    fig, (ax, axh) = M.plot_reliability(labels, logits=logits, binning="mass", method="focal")
-    assert len(ax.patches) == 2 * 15 and ax.get_xlim() == (0, 15) and "AdaECE = 0.0559" in ax.get_title()
-    matplotlib.pyplot.close(fig)
 
 
 # --------------------------------------------------------------------------------------------

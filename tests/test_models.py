@@ -7,7 +7,7 @@ import torch
 import torchvision
 from torch import nn
 
-from focalcal.models import (MLP, MODELS, SmallCNN, cifar_resnet, count_parameters, last_linear,
+from focalcal.lab.models import (MLP, MODELS, SmallCNN, cifar_resnet, count_parameters, last_linear,
                              make_model)
 
 

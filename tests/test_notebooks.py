@@ -14,8 +14,8 @@ import nbformat
 import papermill as pm
 import pytest
 
-from focalcal import report, sweep
-from focalcal.io import torch_load
+from focalcal.lab import report, sweep
+from focalcal.lab.io import torch_load
 
 TEMPLATES = sweep.templates_dir()
 HEADER = """---

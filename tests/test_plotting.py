@@ -1,7 +1,9 @@
 import matplotlib
 import pytest
 
-from focalcal import plotting
+from focalcal import metrics, plotting
+from focalcal.lab.data import published_logits
+from focalcal_book import style
 
 
 def test_every_method_has_a_distinct_colour():
@@ -18,7 +20,7 @@ def test_aliases_resolve_and_unknown_raises():
 
 
 def test_style_and_gamma_colours():
-    plotting.use_book_style()
+    style.use_book_style()
     assert matplotlib.rcParams["axes.grid"]
     cols = plotting.gamma_colors([0, 1, 2])
     assert len(cols) == 3 and cols[0] != cols[-1]
@@ -28,12 +30,31 @@ def test_simplex_frame_matches_barycentric_coordinates():
     import matplotlib.pyplot as plt
     import torch
 
-    from focalcal.theory import barycentric_to_cartesian
+    from focalcal_book.theory import barycentric_to_cartesian
 
     fig, ax = plt.subplots()
-    plotting.simplex_frame(ax, "t")
+    style.simplex_frame(ax, "t")
     xy = ax.lines[0].get_xydata()[:3]
     want = barycentric_to_cartesian(torch.eye(3, dtype=torch.float64)).numpy()
     assert abs(xy - want).max() < 1e-12
     assert ax.get_title() == "t" and [t.get_text() for t in ax.texts] == ["class 1", "class 2", "class 3"]
     plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def real(shared_logits_dir):
+    return published_logits("ce", "test", download=False)
+
+
+def test_plot_reliability_draws_bins(real):
+    logits, labels = real
+    fig, (ax, axh) = plotting.plot_reliability(labels, logits=logits, method="ce")
+    rd = metrics.reliability_data(labels, logits=logits)
+    n_full = int((rd.counts > 0).sum())
+    assert len(ax.patches) == 2 * n_full and len(axh.patches) == n_full
+    assert "0.0562" in ax.get_title()
+    assert ax.get_xlim() == (0, 1) and axh.get_xlabel() and ax.get_ylabel()
+    matplotlib.pyplot.close(fig)
+    fig, (ax, axh) = plotting.plot_reliability(labels, logits=logits, binning="mass", method="focal")
+    assert len(ax.patches) == 2 * 15 and ax.get_xlim() == (0, 15) and "AdaECE = 0.0559" in ax.get_title()
+    matplotlib.pyplot.close(fig)

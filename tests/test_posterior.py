@@ -1,4 +1,4 @@
-"""Tests of focalcal.posterior against direct slow formulas, SciPy and brute force."""
+"""Tests of focalcal_book.posterior against direct slow formulas, SciPy and brute force."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 
-from focalcal import maps, posterior as P
-from focalcal.theory import simplex_grid
+from focalcal import maps
+from focalcal_book import posterior as P
+from focalcal_book.theory import simplex_grid
 
 
 def slow_focal_risk(q, eta, gamma):

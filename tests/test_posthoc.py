@@ -12,7 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from focalcal import data, maps, metrics, posthoc
+from focalcal import maps, metrics, posthoc
+from focalcal.lab import data
 from focalcal.posthoc import (KK_GAMMAS, KK_TEMPERATURES, MUKHOTI_TEMPERATURES, FocalTemperatureScaling,
                               NotFittedError, PsiCorrection, TemperatureScaling, focal_ts_scores)
 

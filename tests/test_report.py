@@ -1,4 +1,4 @@
-"""focalcal.report: run loading, the post-hoc protocol, Table-1 aggregation, training histories."""
+"""focalcal.lab.report: run loading, the post-hoc protocol, Table-1 aggregation, training histories."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from focalcal import metrics, report
-from focalcal.io import atomic_torch_save, atomic_write_json
+from focalcal import metrics
+from focalcal.lab import report
+from focalcal.lab.io import atomic_torch_save, atomic_write_json
 from focalcal.posthoc import KK_TEMPERATURES, PsiCorrection
 
 matplotlib.use("Agg")
@@ -274,7 +275,7 @@ def test_describe_and_representative_runs():
 
 
 def test_load_results_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="focalcal.sweep"):
+    with pytest.raises(FileNotFoundError, match="focalcal.lab.sweep"):
         report.load_results(tmp_path)
 
 
@@ -347,7 +348,7 @@ def write_synthetic_run(d, log_probs, labels, rows, *, dataset="charoenphakdee_1
 
 def test_posterior_kl_against_the_true_posterior(tmp_path):
     from focalcal import maps
-    from focalcal.data import SyntheticDataset, charoenphakdee_1d_task
+    from focalcal.lab.data import SyntheticDataset, charoenphakdee_1d_task
 
     # an independent draw of the test split, and the focal risk minimiser of its posterior
     truth = SyntheticDataset(charoenphakdee_1d_task(), 10_000, seed=0, split="test")
@@ -394,7 +395,7 @@ def test_synthetic_test_set_refuses_other_runs(tmp_path):
 def test_posterior_figures_have_labels():
     import matplotlib.pyplot as plt
 
-    from focalcal.data import SyntheticDataset, charoenphakdee_1d_task
+    from focalcal.lab.data import SyntheticDataset, charoenphakdee_1d_task
     from focalcal.plotting import color
 
     truth = SyntheticDataset(charoenphakdee_1d_task(), 500, seed=1, split="test")

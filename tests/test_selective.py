@@ -1,4 +1,4 @@
-"""Exact selective-risk and discrete-distribution references (focalcal.selective).
+"""Exact selective-risk and discrete-distribution references (focalcal_book.selective).
 
 Oracles: direct double sums over thresholds (the definition of eq. 9 of Zhou et al. 2025),
 hand-computed tiny cases, focalcal.metrics (AURC, finest-binning ECE/cwECE, Brier) and the
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from focalcal import losses, metrics
-from focalcal import selective as S
+from focalcal_book import selective as S
 
 
 def slow_area(losses_, scores, tau=None):

@@ -1,4 +1,4 @@
-"""focalcal.sweep: profiles, the smoke sweep end to end, SIGKILL + resume, the submitit executor."""
+"""focalcal.lab.sweep: profiles, the smoke sweep end to end, SIGKILL + resume, the submitit executor."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from focalcal import report, sweep
-from focalcal.data import DATASETS
+from focalcal.lab import report, sweep
+from focalcal.lab.data import DATASETS
 from focalcal.losses import LOSSES
-from focalcal.models import MODELS
-from focalcal.train import SCHEDULES
+from focalcal.lab.models import MODELS
+from focalcal.lab.train import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 LEFTOVERS = (".*.tmp", ".*.partial.ipynb", ".*.input.ipynb")
@@ -168,7 +168,7 @@ RUNNER = textwrap.dedent(f"""
     import sys
     sys.path.insert(0, {str(Path(__file__).parent)!r})
     from test_sweep import tiny_profile
-    from focalcal import sweep
+    from focalcal.lab import sweep
 
     sweep.PROFILES["tiny"] = tiny_profile()
     if __name__ == "__main__":  # the runs' processes import this script again (multiprocessing)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from focalcal import theory
+from focalcal_book import theory
 
 
 # ------------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def test_reference_map_rejects_bad_input():
 def test_refute_at_accepts_real_counterexamples_and_rejects_fake_ones():
     import sympy as sp
 
-    from focalcal import verify
+    from focalcal_book import verify
 
     x = sp.symbols("x", positive=True)
     v = theory.refute_at("log(1 + x) = x", sp.log(1 + x), x, {x: "0.5"})

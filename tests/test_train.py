@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-import focalcal.io as fio
-from focalcal import train as T
-from focalcal.data import make_loaders
+import focalcal.lab.io as fio
+from focalcal.lab import train as T
+from focalcal.lab.data import make_loaders
 from focalcal.metrics import ece
-from focalcal.models import make_model
-from focalcal.train import (GRAD_NORM_EDGES, PAPER_SCHEDULE, SCHEDULES, prediction_stats,
+from focalcal.lab.models import make_model
+from focalcal.lab.train import (GRAD_NORM_EDGES, PAPER_SCHEDULE, SCHEDULES, prediction_stats,
                             select_device, train)
 
 DATA = dict(n=192, num_classes=3, dim=2, separation=2.0)

@@ -4,7 +4,7 @@ import mpmath
 import pytest
 import sympy as sp
 
-from focalcal import verify
+from focalcal_book import verify
 
 x, g = sp.symbols("x gamma", positive=True)
 

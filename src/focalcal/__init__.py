@@ -6,11 +6,11 @@ Modules, one job each:
 - :mod:`focalcal.metrics`   calibration and selective-prediction metrics
 - :mod:`focalcal.posthoc`   post-hoc calibrators (temperature scaling, focal TS, Psi)
 - :mod:`focalcal.losses`    training losses of the five papers
-- :mod:`focalcal.data`      synthetic tasks, image datasets, published logits
-- :mod:`focalcal.models`    networks that return logits
-- :mod:`focalcal.train`     a resumable trainer
-- :mod:`focalcal.sweep`     papermill sweeps (local or SLURM)
-- :mod:`focalcal.verify`    helpers that turn a proposition into an assertion
+- :mod:`focalcal.lab.data`      synthetic tasks, image datasets, published logits
+- :mod:`focalcal.lab.models`    networks that return logits
+- :mod:`focalcal.lab.train`     a resumable trainer
+- :mod:`focalcal.lab.sweep`     papermill sweeps (local or SLURM)
+- :mod:`focalcal_book.verify`    helpers that turn a proposition into an assertion
 - :mod:`focalcal.plotting`  the book's shared colours and figure style
 """
 

@@ -74,7 +74,6 @@ __all__ = [
     "kl_to_posterior",
     "mce",
     "nll",
-    "plot_reliability",
     "reliability_data",
 ]
 
@@ -715,83 +714,3 @@ def reliability_data(labels: Any, *, probs: Any = None, logits: Any = None, n_bi
         edges = torch.cat([torch.zeros(1, dtype=torch.float64), lo[1:],
                            torch.ones(1, dtype=torch.float64)])
     return ReliabilityData(edges, counts, acc, mean_conf, binning)
-
-
-def plot_reliability(labels: Any, *, probs: Any = None, logits: Any = None, n_bins: int = 15,
-                     binning: str = "width", method: str = "uncalibrated", title: str | None = None,
-                     axes: Any = None):
-    """Reliability diagram with gap bars and a bin-count histogram (as Mukhoti et al. 2020, Fig. 1).
-
-    Top panel: accuracy per bin (bars in the book colour of ``method``), the gap to the bin's mean
-    confidence (hatched) and the reference of perfect calibration. Bottom panel: percentage of
-    samples in each bin. The title reports the (Ada)ECE with the same bins.
-
-    With ``binning="width"`` the x axis is the confidence and the reference is the diagonal. With
-    ``binning="mass"`` the bins crowd against confidence 1 for a trained network, so the x axis is
-    the bin index (bins ordered by confidence, equal numbers of samples) and the reference is the
-    bin's mean confidence, drawn as a black tick on each bar.
-
-    Parameters
-    ----------
-    labels, probs, logits, n_bins, binning
-        As in :func:`reliability_data`.
-    method : str
-        Key for :func:`focalcal.plotting.color` (e.g. ``"ce"``, ``"focal"``, ``"TS"``).
-    title : str, optional
-        First title line (default: ``method``).
-    axes : pair of matplotlib Axes, optional
-        (reliability axes, histogram axes); a new figure is made when omitted.
-
-    Returns
-    -------
-    (Figure, (Axes, Axes))
-    """
-    import matplotlib.pyplot as plt
-
-    from .plotting import color
-
-    data = reliability_data(labels, probs=probs, logits=logits, n_bins=n_bins, binning=binning)
-    col = color(method)
-    if axes is None:
-        _, axes = plt.subplots(2, 1, sharex=True, figsize=(4.6, 5.0),
-                               gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08})
-    ax, axh = axes
-    full = (data.counts > 0).numpy()
-    acc = data.accuracy.numpy()[full]
-    conf = data.confidence.numpy()[full]
-    if binning == "width":
-        left = data.edges[:-1].numpy()[full]
-        width = data.edges.diff().numpy()[full]
-        xlim, xlabel = (0.0, 1.0), "confidence (top-class probability)"
-    else:
-        left = torch.arange(n_bins, dtype=torch.float64).numpy()[full]
-        width = 1.0
-        xlim, xlabel = (0.0, float(n_bins)), "equal-mass bin (ordered by confidence)"
-    ax.bar(left, acc, width=width, align="edge", color=col, edgecolor="black", linewidth=0.6,
-           label="accuracy")
-    ax.bar(left, conf - acc, bottom=acc, width=width, align="edge", facecolor="none",
-           edgecolor="#C0392B", hatch="///", linewidth=0.6, label="gap to mean confidence")
-    if binning == "width":
-        ax.plot([0, 1], [0, 1], linestyle="--", color=color("identity"), linewidth=1.2,
-                label="perfect calibration")
-    else:
-        ax.hlines(conf, left, left + width, color=color("true posterior"), linewidth=1.6,
-                  label="mean confidence (perfect calibration)")
-    ax.set_xlim(*xlim)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    if binning == "width":
-        ax.legend(loc="upper left")
-    else:  # the bars fill the panel; a framed legend in the corner of the lowest-accuracy bins
-        ax.legend(loc="lower right", frameon=True, framealpha=0.9)
-        from matplotlib.ticker import MaxNLocator
-
-        axh.xaxis.set_major_locator(MaxNLocator(integer=True))
-    name = "AdaECE" if binning == "mass" else "ECE"
-    ax.set_title(f"{title or method}\n{name} = {data.ece():.4f} ({n_bins} bins)")
-    frac = 100.0 * data.counts.numpy()[full] / data.n_samples
-    axh.bar(left, frac, width=width, align="edge", color=col, edgecolor="black", linewidth=0.6)
-    axh.set_xlim(*xlim)
-    axh.set_xlabel(xlabel)
-    axh.set_ylabel("% of samples")
-    return ax.figure, (ax, axh)

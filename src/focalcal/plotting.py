@@ -1,13 +1,18 @@
-"""The book's figure style: one colour per method, everywhere.
+"""Figures: one colour per method, and reliability diagrams (needs the ``[plot]`` extra).
 
-Every chapter calls :func:`use_book_style` once and takes colours from :func:`color`, so that
-cross-entropy is the same blue on every page and a printed figure stays readable (colour-blind
-safe Okabe-Ito palette, distinct line styles, vector output).
+Colours come from :func:`color`, so that cross-entropy is the same blue in every figure and a
+printed figure stays readable (colour-blind safe Okabe-Ito palette, distinct line styles).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib as mpl
+import matplotlib.pyplot as plt
+import torch
+
+from .metrics import reliability_data
 
 # Okabe-Ito (colour-blind safe) first, then Tol's muted palette for the rarer methods.
 METHOD_COLORS: dict[str, str] = {
@@ -66,59 +71,77 @@ def gamma_colors(gammas, cmap: str = "viridis") -> list:
     return [cm(0.9 * i / n) for i in range(len(gammas))]
 
 
-def use_book_style() -> None:
-    """Matplotlib defaults for every figure of the book."""
-    mpl.rcParams.update({
-        "figure.figsize": (6.4, 4.0),
-        "figure.dpi": 110,
-        "savefig.bbox": "tight",
-        "font.size": 10,
-        "axes.titlesize": 11,
-        "axes.labelsize": 10,
-        "legend.fontsize": 9,
-        "legend.frameon": False,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "lines.linewidth": 1.8,
-        "image.cmap": "viridis",
-    })
-    if _in_jupyter_kernel():
-        # A kernel inherits MPLBACKEND from the shell that started it; with "Agg" (usual on a
-        # headless machine) plt.show() and the end of a cell draw nothing, and the executed
-        # chapter would silently lose every figure. The inline backend puts them in the notebook,
-        # as vector graphics for the HTML book.
-        from IPython import get_ipython
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
+def plot_reliability(labels: Any, *, probs: Any = None, logits: Any = None, n_bins: int = 15,
+                     binning: str = "width", method: str = "uncalibrated", title: str | None = None,
+                     axes: Any = None):
+    """Reliability diagram with gap bars and a bin-count histogram (as Mukhoti et al. 2020, Fig. 1).
 
-        get_ipython().run_line_magic("matplotlib", "inline")
-        set_matplotlib_formats("svg")
+    Top panel: accuracy per bin (bars in the book colour of ``method``), the gap to the bin's mean
+    confidence (hatched) and the reference of perfect calibration. Bottom panel: percentage of
+    samples in each bin. The title reports the (Ada)ECE with the same bins.
 
+    With ``binning="width"`` the x axis is the confidence and the reference is the diagonal. With
+    ``binning="mass"`` the bins crowd against confidence 1 for a trained network, so the x axis is
+    the bin index (bins ordered by confidence, equal numbers of samples) and the reference is the
+    bin's mean confidence, drawn as a black tick on each bar.
 
-def _in_jupyter_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython is a dependency of the book extra
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    Parameters
+    ----------
+    labels, probs, logits, n_bins, binning
+        As in :func:`reliability_data`.
+    method : str
+        Key for :func:`focalcal.plotting.color` (e.g. ``"ce"``, ``"focal"``, ``"TS"``).
+    title : str, optional
+        First title line (default: ``method``).
+    axes : pair of matplotlib Axes, optional
+        (reliability axes, histogram axes); a new figure is made when omitted.
 
-
-def simplex_frame(ax, title: str | None = None,
-                  labels: tuple[str, str, str] = ("class 1", "class 2", "class 3")) -> None:
-    """Outline and vertex labels of a ternary plot of the 3-class simplex.
-
-    Uses the coordinates of :func:`focalcal.theory.barycentric_to_cartesian`: class 1 at (0, 0),
-    class 2 at (1, 0), class 3 at (1/2, sqrt(3)/2).
+    Returns
+    -------
+    (Figure, (Axes, Axes))
     """
-    import numpy as np
+    data = reliability_data(labels, probs=probs, logits=logits, n_bins=n_bins, binning=binning)
+    col = color(method)
+    if axes is None:
+        _, axes = plt.subplots(2, 1, sharex=True, figsize=(4.6, 5.0),
+                               gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08})
+    ax, axh = axes
+    full = (data.counts > 0).numpy()
+    acc = data.accuracy.numpy()[full]
+    conf = data.confidence.numpy()[full]
+    if binning == "width":
+        left = data.edges[:-1].numpy()[full]
+        width = data.edges.diff().numpy()[full]
+        xlim, xlabel = (0.0, 1.0), "confidence (top-class probability)"
+    else:
+        left = torch.arange(n_bins, dtype=torch.float64).numpy()[full]
+        width = 1.0
+        xlim, xlabel = (0.0, float(n_bins)), "equal-mass bin (ordered by confidence)"
+    ax.bar(left, acc, width=width, align="edge", color=col, edgecolor="black", linewidth=0.6,
+           label="accuracy")
+    ax.bar(left, conf - acc, bottom=acc, width=width, align="edge", facecolor="none",
+           edgecolor="#C0392B", hatch="///", linewidth=0.6, label="gap to mean confidence")
+    if binning == "width":
+        ax.plot([0, 1], [0, 1], linestyle="--", color=color("identity"), linewidth=1.2,
+                label="perfect calibration")
+    else:
+        ax.hlines(conf, left, left + width, color=color("true posterior"), linewidth=1.6,
+                  label="mean confidence (perfect calibration)")
+    ax.set_xlim(*xlim)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    if binning == "width":
+        ax.legend(loc="upper left")
+    else:  # the bars fill the panel; a framed legend in the corner of the lowest-accuracy bins
+        ax.legend(loc="lower right", frameon=True, framealpha=0.9)
+        from matplotlib.ticker import MaxNLocator
 
-    corners = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3.0) / 2]])
-    ax.plot(*np.vstack([corners, corners[:1]]).T, color="k", lw=1)
-    for (x, y), name, dy in zip(corners, labels, (-0.06, -0.06, 0.03)):
-        ax.text(x, y + dy, name, ha="center", va="bottom" if dy > 0 else "top", fontsize=9)
-    ax.set(aspect="equal", xlim=(-0.08, 1.08), ylim=(-0.12, 0.96))
-    if title is not None:
-        ax.set_title(title)
-    ax.axis("off")
+        axh.xaxis.set_major_locator(MaxNLocator(integer=True))
+    name = "AdaECE" if binning == "mass" else "ECE"
+    ax.set_title(f"{title or method}\n{name} = {data.ece():.4f} ({n_bins} bins)")
+    frac = 100.0 * data.counts.numpy()[full] / data.n_samples
+    axh.bar(left, frac, width=width, align="edge", color=col, edgecolor="black", linewidth=0.6)
+    axh.set_xlim(*xlim)
+    axh.set_xlabel(xlabel)
+    axh.set_ylabel("% of samples")
+    return ax.figure, (ax, axh)

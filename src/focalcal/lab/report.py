@@ -1,9 +1,9 @@
 r"""Experiment results: one run's logits and calibration, a sweep's table, the book's figures.
 
-The sweep (:mod:`focalcal.sweep`) executes two papermill templates per run; this module holds
+The sweep (:mod:`focalcal.lab.sweep`) executes two papermill templates per run; this module holds
 everything they and the book chapter share, so that the notebooks stay thin.
 
-A run folder (written by ``notebooks/train_classifier.md`` through :func:`focalcal.train.train`
+A run folder (written by ``notebooks/train_classifier.md`` through :func:`focalcal.lab.train.train`
 and by ``notebooks/posthoc_calibration.md``)::
 
     config.json        {"config": <the template's parameters>, "trainer": ..., "model": ..., ...}
@@ -54,10 +54,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import maps, metrics
-from ._validation import check_choice, check_int, check_labels, check_logits, check_positive
+from .. import maps, metrics, plotting
+from .._validation import check_choice, check_int, check_labels, check_logits, check_positive
 from .io import torch_load
-from .posthoc import KK_GAMMAS, FocalTemperatureScaling, PsiCorrection, TemperatureScaling
+from ..posthoc import KK_GAMMAS, FocalTemperatureScaling, PsiCorrection, TemperatureScaling
 
 __all__ = [
     "METHODS", "FAMILIES", "METRICS", "TABLE1_CALIBRATIONS", "Run", "Calibration",
@@ -87,13 +87,13 @@ RUNS_ENV = "FOCALCAL_RUNS"
 
 def runs_dir(default: str | os.PathLike | None = None) -> Path:
     """The sweep folder a book chapter reads: ``$FOCALCAL_RUNS``, else ``default``, else
-    ``<repository>/runs/cpu`` (where ``make book`` runs the ``cpu`` profile)."""
+    ``runs/cpu`` under the current directory (where ``make book`` runs the ``cpu`` profile)."""
     env = os.environ.get(RUNS_ENV)
     if env:
         return Path(env)
     if default is not None:
         return Path(default)
-    return Path(__file__).resolve().parents[2] / "runs" / "cpu"
+    return Path.cwd() / "runs" / "cpu"
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ class Run:
     val_logits, test_logits : Tensor, shape (N, K), float32
     val_labels, test_labels : Tensor, shape (N,), int64
     history : list of dict
-        The trainer's per-epoch records (see :mod:`focalcal.train`).
+        The trainer's per-epoch records (see :mod:`focalcal.lab.train`).
     calibration : list of dict or None
         The rows of ``calibration.json`` once ``posthoc_calibration`` has run.
     """
@@ -175,7 +175,7 @@ def training_gamma(loss: str, loss_params: Mapping[str, Any] | None = None) -> f
     ValueError
         Unknown loss or parameters (from :func:`focalcal.losses.make_loss`).
     """
-    from .losses import FocalLoss, make_loss
+    from ..losses import FocalLoss, make_loss
 
     fn = make_loss(loss, **dict(loss_params or {}))
     # exact type: InverseFocalLoss subclasses FocalLoss but has another link
@@ -353,7 +353,7 @@ def load_results(out: str | os.PathLike):
 
     path = Path(out) / "results.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; run `python -m focalcal.sweep --profile cpu "
+        raise FileNotFoundError(f"{path} does not exist; run `python -m focalcal.lab.sweep --profile cpu "
                                 f"--out {out}` (or `make sweep`) first")
     return pd.read_csv(path)
 
@@ -396,7 +396,7 @@ def table1(results, *, dataset: str | None = None, losses: Sequence[str] | None 
     Parameters
     ----------
     results : DataFrame
-        As :func:`load_results` returns (or :func:`focalcal.sweep.collect`).
+        As :func:`load_results` returns (or :func:`focalcal.lab.sweep.collect`).
     dataset : str, optional
         Keep one dataset.
     losses : sequence of str, optional
@@ -512,7 +512,7 @@ def load_histories(out: str | os.PathLike, results=None):
     DataFrame
         One row per run x epoch: ``run``, ``dataset``, ``model``, ``loss_label``, ``seed`` and
         the scalar fields of the trainer's records (``epoch``, ``test_nll``, ``test_error``,
-        ``train_nll``, ...; see :mod:`focalcal.train`).
+        ``train_nll``, ...; see :mod:`focalcal.lab.train`).
     """
     import pandas as pd
 
@@ -583,7 +583,7 @@ def synthetic_test_set(run: Run) -> SyntheticTestSet:
     """Regenerate the test samples of a run on a synthetic task, with their true posterior.
 
     The trainer stores only logits; a synthetic split is a pure function of the dataset name, the
-    seed and the subset sizes in the run's configuration (:func:`focalcal.data.make_loaders`), so
+    seed and the subset sizes in the run's configuration (:func:`focalcal.lab.data.make_loaders`), so
     it is drawn again here, in the order of the stored logits.
 
     Raises
@@ -670,7 +670,7 @@ def posterior_kl(out: str | os.PathLike, results=None):
 # --------------------------------------------------------------------------------------------
 
 def _loss_styles(labels: Iterable[str]) -> dict[str, tuple[str, Any]]:
-    from .plotting import LINESTYLES, color
+    from ..plotting import LINESTYLES, color
 
     styles, used = {}, {}
     for lo in labels:
@@ -742,7 +742,7 @@ def plot_training_curves(histories, *, split: str = "test", panels: Sequence[str
 
 def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins: int = 15,
                            binning: str = "mass", title: str | None = None):
-    """Reliability diagrams side by side, one per method (:func:`focalcal.metrics.plot_reliability`).
+    """Reliability diagrams side by side, one per method (:func:`focalcal.plotting.plot_reliability`).
 
     Parameters
     ----------
@@ -767,7 +767,7 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     fig, axes = plt.subplots(2, n, figsize=(3.3 * n, 4.8), sharex=True, sharey="row", squeeze=False,
                              gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.08})
     for j, (method, lp) in enumerate(log_probs.items()):
-        metrics.plot_reliability(labels, logits=lp, n_bins=n_bins, binning=binning,
+        plotting.plot_reliability(labels, logits=lp, n_bins=n_bins, binning=binning,
                                  method=FAMILIES.get(method, method), title=method,
                                  axes=(axes[0, j], axes[1, j]))
         axes[0, j].title.set_fontsize(9)
@@ -813,7 +813,7 @@ def plot_posterior_1d(x: Any, posterior: Any, panels: Mapping[str, tuple[Any, st
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from .plotting import LINESTYLES, color
+    from ..plotting import LINESTYLES, color
 
     xs = torch.as_tensor(x).reshape(-1).double()
     eta = torch.as_tensor(posterior).double()
@@ -866,7 +866,7 @@ def plot_posterior_kl(kl, *, methods: Sequence[str] = ("uncalibrated", "TS (NLL)
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .plotting import color
+    from ..plotting import color
 
     if not len(kl):
         raise ValueError("kl has no rows: the sweep has no finished run on a synthetic task")

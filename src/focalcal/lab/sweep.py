@@ -2,7 +2,7 @@
 
 ::
 
-    python -m focalcal.sweep --profile {smoke,cpu,paper} --out DIR [--executor local|slurm] [--jobs N]
+    python -m focalcal.lab.sweep --profile {smoke,cpu,paper} --out DIR [--executor local|slurm] [--jobs N]
 
 A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`).
 Each run executes two papermill templates from ``notebooks/``:
@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,16 @@ RESULT = "result.json"
 
 
 def templates_dir() -> Path:
-    """``notebooks/`` of the source checkout (``$FOCALCAL_NOTEBOOKS`` overrides)."""
+    """The papermill templates shipped with the package (``$FOCALCAL_NOTEBOOKS`` overrides).
+
+    They are package data of :mod:`focalcal.lab` (``templates/*.md``), found through
+    :mod:`importlib.resources`, so an installed wheel finds them as an editable checkout does; the
+    repository's ``notebooks/`` is a link to the same folder.
+    """
     env = os.environ.get("FOCALCAL_NOTEBOOKS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "notebooks"
+    return Path(str(resources.files("focalcal.lab") / "templates"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +175,7 @@ _LABELS = {
 
 def _every_loss() -> tuple[Loss, ...]:
     # built from the registry, so that a loss added to focalcal.losses is smoke-tested at once
-    from .losses import LOSSES
+    from ..losses import LOSSES
 
     covered = {lo.name for lo in TABLE1_LOSSES}
     extra = tuple(loss(name, label=_LABELS.get(name, name)) for name in LOSSES if name not in covered)
@@ -244,12 +250,12 @@ def get_profile(name: str) -> Profile:
 
 def train_settings(schedule: str | None = None, *, epochs: int | None = None,
                    optimizer: str | None = None, lr: float | None = None) -> dict[str, Any]:
-    """Keyword arguments of :func:`focalcal.train.train` for a named schedule plus overrides.
+    """Keyword arguments of :func:`focalcal.lab.train.train` for a named schedule plus overrides.
 
     Parameters
     ----------
     schedule : str or None
-        A key of :data:`focalcal.train.SCHEDULES` (``"paper_cifar"``, ``"cpu_sgd"``, ...): the
+        A key of :data:`focalcal.lab.train.SCHEDULES` (``"paper_cifar"``, ``"cpu_sgd"``, ...): the
         optimiser, learning rate, momentum, weight decay and learning-rate schedule of a profile.
         ``None`` or ``""``: no profile, the trainer's defaults.
     epochs, optimizer, lr : optional
@@ -268,7 +274,7 @@ def train_settings(schedule: str | None = None, *, epochs: int | None = None,
     ValueError
         Unknown ``schedule`` (the message lists the valid ones), or no ``epochs`` at all.
     """
-    from ._validation import check_choice, check_int
+    from .._validation import check_choice, check_int
     from .train import SCHEDULES
 
     base: dict[str, Any] = {}
@@ -292,12 +298,12 @@ def train_settings(schedule: str | None = None, *, epochs: int | None = None,
 
 
 def subset_sizes(train_subset: int = 0, eval_subset: int = 0) -> dict[str, int] | None:
-    """The ``subset=`` argument of :func:`focalcal.data.make_loaders` for the template's parameters.
+    """The ``subset=`` argument of :func:`focalcal.lab.data.make_loaders` for the template's parameters.
 
     ``train_subset`` caps the training split, ``eval_subset`` the validation and the test split;
     ``0`` keeps a split whole. Returns ``None`` when nothing is capped.
     """
-    from ._validation import check_int
+    from .._validation import check_int
 
     sizes = {"train": check_int(train_subset, "train_subset", minimum=0),
              "val": check_int(eval_subset, "eval_subset", minimum=0)}
@@ -372,9 +378,9 @@ def pending(runs: Iterable[RunSpec], out: Path) -> list[RunSpec]:
     return [r for r in runs if not (out / "runs" / r.run_id / RESULT).is_file()]
 
 
-# Not focalcal.sweep itself: under `python -m focalcal.sweep` each run's process executes it again
+# Not focalcal.lab.sweep itself: under `python -m focalcal.lab.sweep` each run's process executes it again
 # as its main module, and runpy warns when that module is already imported.
-_PRELOAD = ("focalcal.io", "papermill", "jupytext", "nbformat")
+_PRELOAD = ("focalcal.lab.io", "papermill", "jupytext", "nbformat")
 _CONTEXT = None
 
 
@@ -414,8 +420,8 @@ def _run_child(spec: dict[str, Any], out: str, threads: int) -> None:
 def _run_process(spec: RunSpec, out: Path, threads: int) -> tuple[RunSpec, int, str]:
     import importlib
 
-    # the target by its module name, so that it pickles the same under `python -m focalcal.sweep`
-    target = importlib.import_module("focalcal.sweep")._run_child
+    # the target by its module name, so that it pickles the same under `python -m focalcal.lab.sweep`
+    target = importlib.import_module("focalcal.lab.sweep")._run_child
     proc = _process_context().Process(target=target, args=(spec.to_dict(), str(out), threads),
                                       name=f"run {spec.run_id}")
     proc.start()
@@ -536,7 +542,7 @@ def run_sweep(profile: str, out: str | os.PathLike, *, executor: str = "local", 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m focalcal.sweep", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m focalcal.lab.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", choices=sorted(PROFILES), help="which table of runs to execute")
     p.add_argument("--out", required=True, help="results folder (resumed if it exists)")
     p.add_argument("--executor", choices=("local", "slurm"), default="local")

@@ -15,7 +15,7 @@ Kull (2024) do, but vectorised and with the ranges stated:
 - :func:`tightest_temperature_bounds` gives the two TS maps that sandwich a binary calibration
   map on a grid of logits;
 - :func:`refute_at` records a counterexample (a point where a claimed relation fails, evaluated
-  in mpmath) as a ``refuted`` verdict of :mod:`focalcal.verify`;
+  in mpmath) as a ``refuted`` verdict of :mod:`focalcal_book.verify`;
 - :func:`reference_focal_map` evaluates the focal calibration map in mpmath at any precision, the
   slow reference that float64 screens are confirmed against.
 
@@ -38,7 +38,7 @@ import torch
 from scipy.optimize import minimize_scalar
 
 from .verify import REFUTED, Verdict
-from ._validation import as_float_tensor, check_finite, check_gamma, check_int, check_nonempty, check_positive
+from focalcal._validation import as_float_tensor, check_finite, check_gamma, check_int, check_nonempty, check_positive
 
 __all__ = [
     "simplex_grid",

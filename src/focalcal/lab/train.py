@@ -3,7 +3,7 @@
 :func:`train` runs one training run: SGD/Adam with a step or cosine schedule, a tqdm bar per epoch,
 per-epoch records (Figs. 2-4 of Mukhoti et al.), checkpoints every ``checkpoint_every`` epochs,
 resume from the last checkpoint, and at the end the validation and test logits saved with the run's
-configuration. Every file is written atomically (:mod:`focalcal.io`).
+configuration. Every file is written atomically (:mod:`focalcal.lab.io`).
 
 Schedules
 ---------
@@ -66,9 +66,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ._validation import check_choice, check_int, check_labels, check_logits, check_positive
+from .._validation import check_choice, check_int, check_labels, check_logits, check_positive
 from .io import atomic_torch_save, atomic_write_json, torch_load
-from .metrics import ece
+from ..metrics import ece
 from .models import count_parameters, last_linear
 
 __all__ = ["train", "TrainResult", "PAPER_SCHEDULE", "SCHEDULES", "GRAD_NORM_EDGES",
@@ -367,7 +367,7 @@ def train(model: nn.Module, loss_fn: nn.Module | Any, train_loader: Iterable, *,
     ----------
     model : nn.Module
         Maps a batch of inputs to logits ``(B, K)``; its last :class:`~torch.nn.Linear` is found by
-        :func:`focalcal.models.last_linear`.
+        :func:`focalcal.lab.models.last_linear`.
     loss_fn : callable
         ``loss_fn(logits, target) -> scalar`` (mean over the batch). Protocols, detected by
         attribute: ``requires_model = True`` -> called as ``loss_fn(logits, target, model=model,
@@ -377,7 +377,7 @@ def train(model: nn.Module, loss_fn: nn.Module | Any, train_loader: Iterable, *,
         to the device and its ``state_dict()`` (buffers, extra state: e.g. AdaFocal's gammas) is
         checkpointed and restored.
     train_loader, val_loader, test_loader : iterables of ``(inputs, labels, ...)`` batches
-        If ``train_loader`` has a ``generator`` (as from :func:`focalcal.data.make_loaders`), it is
+        If ``train_loader`` has a ``generator`` (as from :func:`focalcal.lab.data.make_loaders`), it is
         re-seeded with ``seed`` for a fresh run and checkpointed, so shuffling is reproducible.
     epochs : int
         Total number of epochs (a resumed run continues up to it).
@@ -676,7 +676,7 @@ def _dataset_size(loader: Iterable | None) -> int | None:
 
 
 def _versions() -> dict[str, str]:
-    from . import __version__
+    from .. import __version__
     v = {"focalcal": __version__, "torch": torch.__version__, "python": platform.python_version()}
     try:
         import torchvision

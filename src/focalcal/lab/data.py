@@ -75,7 +75,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from ._validation import as_float_tensor, check_choice, check_finite, check_int, check_positive
+from .._validation import as_float_tensor, check_choice, check_finite, check_int, check_positive
 from .io import atomic_write
 LOGITS_ENV = "FOCALCAL_LOGITS_DIR"
 CACHE_ENV = "FOCALCAL_CACHE"
@@ -767,7 +767,7 @@ class DatasetInfo:
 
     @property
     def in_channels(self) -> int:
-        """Image channels ``C``, or the dimension ``d`` of vector inputs (what :func:`focalcal.models.make_model`
+        """Image channels ``C``, or the dimension ``d`` of vector inputs (what :func:`focalcal.lab.models.make_model`
         takes as ``in_channels``, also for the MLP)."""
         return self.input_shape[0]
 

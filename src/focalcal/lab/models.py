@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._validation import check_int
+from .._validation import check_int
 
 __all__ = ["MLP", "SmallCNN", "cifar_resnet", "wide_resnet", "densenet121", "make_model",
            "last_linear", "count_parameters", "MODELS"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ._validation import as_float_tensor, check_finite, check_int, check_nonempty, check_positive, check_probs
+from focalcal._validation import as_float_tensor, check_finite, check_int, check_nonempty, check_positive, check_probs
 
 __all__ = [
     "discrete_calibration_errors",

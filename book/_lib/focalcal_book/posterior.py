@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import maps
-from ._validation import as_float_tensor, check_gamma, check_int, check_nonempty, check_probs
+from focalcal import maps
+from focalcal._validation import as_float_tensor, check_gamma, check_int, check_nonempty, check_probs
 
 __all__ = [
     "ETA_UNDERCONFIDENT",

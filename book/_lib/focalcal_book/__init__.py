@@ -1,0 +1,9 @@
+"""Helpers of the focalcal book, not part of the library.
+
+- :mod:`focalcal_book.verify`     claim ledgers: a proposition becomes an assertion with a verdict
+- :mod:`focalcal_book.theory`     symbolic and high-precision checks of the theory chapters
+- :mod:`focalcal_book.posterior`  exact reference quantities for focal risk minimisers
+- :mod:`focalcal_book.selective`  exact reference quantities for selective classification
+- :mod:`focalcal_book.oracles`    the focal-map oracle written from the papers (numpy / mpmath)
+- :mod:`focalcal_book.style`      the book's figure style
+"""
