@@ -1,4 +1,4 @@
-"""Throughput of :func:`focalcal.lab.train.train` on Fashion-MNIST with the small CNN (CPU).
+"""Throughput of :class:`focalcal.lab.train.Trainer` on Fashion-MNIST with the small CNN (CPU).
 
 Compares the trainer (with and without the per-sample gradient-norm records) against a bare
 forward/backward/step loop over the same loader, for a few batch sizes; at most a few hundred
@@ -22,7 +22,7 @@ from torch import nn
 
 from focalcal.lab.data import make_loaders
 from focalcal.lab.models import make_model
-from focalcal.lab.train import select_device, train
+from focalcal.lab.train import Trainer, TrainSettings, select_device
 
 
 def _timed(fn, device: torch.device) -> tuple[float, float]:
@@ -54,11 +54,11 @@ def bare_loop(loader, device: torch.device, lr: float = 1e-3) -> None:
 
 
 def trainer_epoch(loader, device: torch.device, grad_norms: bool) -> None:
-    """One epoch of :func:`train` (includes its per-epoch statistics)."""
+    """One epoch of :class:`Trainer` (includes its per-epoch statistics)."""
     model = make_model("cnn", 10, 1, seed=0)
-    train(model, nn.CrossEntropyLoss(), loader, epochs=1, optimizer="adam", lr=1e-3,
-          weight_decay=0.0, lr_schedule="constant", device=device, progress=False,
-          grad_norms=grad_norms)
+    settings = TrainSettings(epochs=1, optimizer="adam", lr=1e-3, weight_decay=0.0,
+                             lr_schedule="constant", device=device, grad_norms=grad_norms)
+    Trainer(model, nn.CrossEntropyLoss(), settings, progress=False).fit(loader)
 
 
 def main() -> None:
@@ -79,8 +79,8 @@ def main() -> None:
         n_img = len(loaders.train.dataset)
         for label, fn in (("loader only", lambda: loader_only(loaders.train, device)),
                           ("bare loop", lambda: bare_loop(loaders.train, device)),
-                          ("train()", lambda: trainer_epoch(loaders.train, device, True)),
-                          ("train(grad_norms=False)", lambda: trainer_epoch(loaders.train, device, False))):
+                          ("Trainer", lambda: trainer_epoch(loaders.train, device, True)),
+                          ("Trainer(grad_norms=False)", lambda: trainer_epoch(loaders.train, device, False))):
             wall, cpu = _timed(fn, device)
             rows.append((label, bs, args.batches, n_img, wall, cpu))
 

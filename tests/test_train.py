@@ -16,8 +16,9 @@ from focalcal.lab import train as T
 from focalcal.lab.data import make_loaders
 from focalcal.metrics import ece
 from focalcal.lab.models import make_model
-from focalcal.lab.train import (GRAD_NORM_EDGES, PAPER_SCHEDULE, SCHEDULES, prediction_stats,
-                            select_device, train)
+from focalcal.lab.train import (GRAD_NORM_EDGES, PAPER_SCHEDULE, SCHEDULES, LossHooks, Trainer,
+                                TrainSettings, prediction_stats, select_device, train)
+from focalcal.losses import make_loss
 
 DATA = dict(n=192, num_classes=3, dim=2, separation=2.0)
 
@@ -53,7 +54,7 @@ def test_select_device_auto():
     assert select_device("auto").type == expected
     assert select_device("cpu") == torch.device("cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="CUDA"):
+        with pytest.raises(ValueError, match="device='cuda' requested but CUDA"):
             select_device("cuda")
     with pytest.raises(ValueError, match="device"):
         select_device("gpu0")
@@ -131,7 +132,7 @@ def test_resume_rejects_other_config(tmp_path):
     ld = _loaders()
     train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, epochs=1, out_dir=tmp_path,
           config={"loss": "ce"}, **SGD)
-    with pytest.raises(ValueError, match="another config"):
+    with pytest.raises(ValueError, match="belongs to a run with another config"):
         train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, epochs=1, out_dir=tmp_path,
               config={"loss": "focal"}, **SGD)
     # resume=False starts afresh
@@ -161,7 +162,7 @@ def test_atomic_write_crash_leaves_old_file(tmp_path):
     fio.atomic_write_text(tmp_path / "t.txt", "hello")
     fio.atomic_write_bytes(tmp_path / "b.bin", b"\x00\x01")
     assert (tmp_path / "t.txt").read_text() == "hello" and (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
-    with pytest.raises(ValueError, match="bytes"):
+    with pytest.raises(ValueError, match="data must be bytes"):
         fio.atomic_write_bytes(tmp_path / "b.bin", "text")
 
 
@@ -271,6 +272,45 @@ def test_requires_model_protocol():
     # the loss ran the model a second time: the recorded gradient norms still use the first pass
     assert sum(r.history[0]["grad_norm_hist"]) == 192
 
+
+
+def test_loss_hooks_declared_by_the_losses():
+    """The library's losses declare their needs through the trainer's protocols."""
+    assert LossHooks.of(nn.CrossEntropyLoss()) == LossHooks()
+    assert LossHooks.of(_focal) == LossHooks()
+    ada = make_loss("adafocal")
+    assert LossHooks.of(ada).on_epoch_end == ada.update and LossHooks.of(ada).on_epoch_start is None
+    flsc = make_loss("flsc531")
+    assert LossHooks.of(flsc).on_epoch_start == flsc.set_epoch and LossHooks.of(flsc).on_epoch_end is None
+    assert LossHooks.of(make_loss("hessian_trace")).needs_model
+    assert LossHooks.of(ModelAwareLoss()).needs_model and not LossHooks.of(make_loss("focal")).needs_model
+
+
+def test_explicit_hooks_replace_the_declared_ones():
+    """hooks= gives the trainer other callables; the loss's own set_epoch/update are then not called."""
+    ld = _loaders()
+    loss, started, ended = AdaFocalLike(), [], []
+    hooks = LossHooks(on_epoch_start=started.append, on_epoch_end=lambda z, y: ended.append(z.shape))
+    train(DropoutNet(), loss, ld.train, val_loader=ld.val, epochs=2, hooks=hooks, **SGD)
+    assert started == [0, 1] and ended == [(192, 3)] * 2
+    assert loss.epochs == [] and loss.updates == []
+
+
+def test_trainer_equals_train(tmp_path):
+    """train(...) is Trainer(..., TrainSettings(...)).fit(...): the same records, logits and files."""
+    ld = _loaders()
+    a = train(DropoutNet(), make_loss("flsc531", milestones=(1, 2)), ld.train, val_loader=ld.val,
+              test_loader=ld.test, epochs=2, seed=2, out_dir=tmp_path / "a", **SGD)
+    ld = _loaders()
+    settings = TrainSettings(epochs=2, seed=2, **{k: v for k, v in SGD.items() if k != "progress"})
+    trainer = Trainer(DropoutNet(), make_loss("flsc531", milestones=(1, 2)), settings,
+                      out_dir=tmp_path / "b", progress=False)
+    b = trainer.fit(ld.train, val_loader=ld.val, test_loader=ld.test)
+    assert _strip_time(a.history) == _strip_time(b.history) and a.settings == b.settings
+    assert torch.equal(a.test_logits, b.test_logits)
+    ha, hb = (json.loads((tmp_path / d / "history.json").read_text()) for d in "ab")
+    assert _strip_time(ha["records"]) == _strip_time(hb["records"])
+    assert settings.milestones == (1,) and a.settings["milestones"] == [1]
 
 # ------------------------------------------------------------------------------------ records ---
 
@@ -409,6 +449,14 @@ def test_bad_arguments(kw, match):
     args = {"epochs": 1, "progress": False, **kw}
     with pytest.raises(ValueError, match=match):
         train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, **args)
+
+
+@pytest.mark.parametrize("kw", [{"epochs": 0}, {"optimizer": "rmsprop"}, {"lr": 0.0}, {"gamma_lr": -1.0},
+                                {"weight_decay": float("nan")}, {"n_bins": 0}, {"amp": "yes"},
+                                {"channels_last": "maybe"}])
+def test_settings_name_the_bad_field(kw):
+    with pytest.raises(ValueError, match=f"^{next(iter(kw))}"):
+        TrainSettings(**{"epochs": 1, **kw})
 
 
 def test_clip_grad_norm_bounds_the_step():

@@ -1,42 +1,40 @@
 """A resumable, deterministic trainer that records what Mukhoti et al. (2020) plot.
 
-:func:`train` runs one training run: SGD/Adam with a step or cosine schedule, a tqdm bar per epoch,
-per-epoch records (Figs. 2-4 of Mukhoti et al.), checkpoints every ``checkpoint_every`` epochs,
-resume from the last checkpoint, and at the end the validation and test logits saved with the run's
-configuration. Every file is written atomically (:mod:`focalcal.lab.io`).
+A :class:`Trainer` runs one training run from :class:`TrainSettings`: SGD/Adam/AdamW with a step,
+cosine or constant schedule, a tqdm bar per epoch, per-epoch records (Figs. 2-4 of Mukhoti et al.;
+the fields are listed in :mod:`focalcal.lab.records`), checkpoints every ``checkpoint_every``
+epochs, resume from the last checkpoint, and at the end the validation and test logits saved with
+the run's configuration. Every file is written atomically (:mod:`focalcal.lab.io`). :func:`train`
+is the same in one call::
+
+    result = train(model, loss_fn, loaders.train, val_loader=loaders.val, epochs=10, out_dir="runs/a")
+    # is
+    trainer = Trainer(model, loss_fn, TrainSettings(epochs=10), out_dir="runs/a")
+    result = trainer.fit(loaders.train, val_loader=loaders.val)
+
+Losses that change during training
+----------------------------------
+A loss is a callable ``loss_fn(logits, target) -> scalar`` (mean over the batch). A loss that needs
+more from the trainer says so by its type, one :class:`typing.Protocol` per need:
+
+- :class:`EpochScheduled` (``set_epoch(epoch)``): called before every epoch with the 0-based epoch
+  (the epoch-scheduled focal loss, FLSc);
+- :class:`ValidationUpdated` (``update(val_logits, val_labels)``): called after every epoch with the
+  validation logits and labels on the training device (AdaFocal); such a loss needs ``val_loader``;
+- :class:`ModelAware` (``requires_model = True``): called as ``loss_fn(logits, target, model=model,
+  inputs=x)`` (the Hessian-trace penalty).
+
+:meth:`LossHooks.of` reads these once, when the trainer is built; pass ``hooks=LossHooks(...)`` to
+give other callables. An ``nn.Module`` loss is moved to the device and its ``state_dict()``
+(buffers, extra state: e.g. AdaFocal's gammas) is checkpointed and restored.
 
 Schedules
 ---------
-:data:`PAPER_SCHEDULE` is the CIFAR profile of Mukhoti et al. (2020, Sec. 3 and App. D) that Komisarenko
-& Kull (2024) reuse: SGD, momentum 0.9, weight decay 5e-4, 350 epochs, learning rate 0.1, 0.01 from
-epoch 150, 0.001 from epoch 250 (batch size 128, set on the loader). :data:`SCHEDULES` holds it and
-the other papers' profiles plus cheap CPU profiles; pass one as ``train(..., **SCHEDULES[name])``.
-
-Records (one dict per epoch in ``history``)
--------------------------------------------
-For every evaluated split ``s`` in ``train``, ``val``, ``test``: ``s_nll``, ``s_nll_correct``,
-``s_nll_incorrect`` (mean NLL over correctly / incorrectly classified samples, Figs. 2a-b, 3b-c),
-``s_entropy``, ``s_entropy_correct``, ``s_entropy_incorrect`` (entropy of the softmax in nats,
-Figs. 2, 3d), ``s_accuracy``, ``s_error``, ``s_confidence`` (mean max-probability), ``s_ece``
-(15-bin equal-width ECE, :func:`focalcal.metrics.ece`, Fig. 2c), and ``s_n``. The ``train_*`` values
-come from the logits of the training forward passes themselves (train mode, augmented inputs, weights
-changing within the epoch), at no extra cost; pass ``train_eval_loader`` for an extra clean pass,
-recorded as ``train_eval_*``. Means over an empty group are ``None``.
-
-Also: ``epoch`` (1-based), ``lr`` (used during the epoch), ``train_loss`` (mean training
-objective), ``time_s``, ``weight_norm`` (Frobenius norm of the last linear layer's weight, Fig. 3e),
-``feature_norm`` (mean L2 norm of the last layer's input on the test split, else validation;
-Mukhoti et al. Fig. 10), and the per-sample gradient norms of the last layer over all training
-samples of the epoch (Fig. 4b-d): ``grad_norm_hist`` (counts in the log-spaced bins
-:data:`GRAD_NORM_EDGES`, values outside clamped into the end bins), ``grad_norm_mean`` and
-``grad_norm_quantiles`` (5, 25, 50, 75, 95 %).
-
-The per-sample gradient norm is computed in closed form. With last layer ``z = W h + b`` and a batch
-loss ``L = (1/B) sum_i l_i``, autograd gives ``G = dL/dz`` (one row per sample, ``G_i = (1/B)
-dl_i/dz_i``); the gradient of ``l_i`` with respect to ``(W, b)`` is ``(dl_i/dz_i) [h_i^T, 1]``, whose
-norm is ``B ||G_i|| sqrt(||h_i||^2 + 1)``. This is exact for every loss that is a mean of per-sample
-terms of the logits (cross-entropy, focal losses); for batch-coupled losses (MMCE, ECE-KDE, AURC) it
-is each sample's share of the batch gradient through the logits.
+:data:`PAPER_SCHEDULE` is the CIFAR profile of Mukhoti et al. (2020, Sec. 3 and App. D) that
+Komisarenko & Kull (2024) reuse: SGD, momentum 0.9, weight decay 5e-4, 350 epochs, learning rate
+0.1, 0.01 from epoch 150, 0.001 from epoch 250 (batch size 128, set on the loader).
+:data:`SCHEDULES` holds it and the other papers' profiles plus cheap CPU profiles; pass one as
+``TrainSettings(**SCHEDULES[name])`` or ``train(..., **SCHEDULES[name])``.
 
 Files in ``out_dir``
 --------------------
@@ -55,23 +53,25 @@ import os
 import platform
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from .._validation import check_choice, check_int, check_labels, check_logits, check_positive
+from .._validation import check_choice, check_int, check_positive
 from .io import atomic_torch_save, atomic_write_json, torch_load
-from ..metrics import ece
 from .models import count_parameters, last_linear
+from .records import (GRAD_NORM_EDGES, FeatureHook, evaluate, grad_norm_summary, last_layer_grad_norms,
+                      prediction_stats, prefixed, select_device, split_batch, to_device)
 
-__all__ = ["train", "TrainResult", "PAPER_SCHEDULE", "SCHEDULES", "GRAD_NORM_EDGES",
+__all__ = ["Trainer", "TrainSettings", "TrainResult", "LossHooks", "EpochScheduled",
+           "ValidationUpdated", "ModelAware", "train", "PAPER_SCHEDULE", "SCHEDULES", "GRAD_NORM_EDGES",
            "select_device", "seed_everything", "prediction_stats", "evaluate"]
 
 #: Mukhoti et al. (2020) CIFAR-10/100 profile (batch size 128 goes on the loader)
@@ -94,28 +94,156 @@ SCHEDULES: dict[str, dict[str, Any]] = {
                 "weight_decay": 5e-4, "lr_schedule": "cosine"},
 }
 
-#: bin edges of the per-sample gradient-norm histograms: 4 bins per decade, 1e-8 .. 1e3
-GRAD_NORM_EDGES: list[float] = [float(10.0 ** (e / 4)) for e in range(-32, 13)]
-_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 _CHECKPOINT_FORMAT = 1
 
 
-# ------------------------------------------------------------------------------------ helpers ---
+# --------------------------------------------------------------------------- the loss hooks ---
 
-def select_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"``: CUDA when available, else CPU; otherwise ``torch.device(device)``."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available")
-    return dev
+@runtime_checkable
+class EpochScheduled(Protocol):
+    """A loss whose form depends on the epoch (e.g. :class:`focalcal.losses.ScheduledFocalLoss`)."""
 
+    def set_epoch(self, epoch: int) -> None:
+        """Called before every epoch with the 0-based epoch."""
+
+
+@runtime_checkable
+class ValidationUpdated(Protocol):
+    """A loss refitted after every epoch on the validation predictions (e.g. AdaFocal)."""
+
+    def update(self, val_logits: torch.Tensor, val_labels: torch.Tensor) -> Any:
+        """Called after every epoch with the validation logits (N, K) and labels (N,)."""
+
+
+@runtime_checkable
+class ModelAware(Protocol):
+    """A loss that needs the network and the batch (e.g. the Hessian-trace penalty).
+
+    With ``requires_model`` true it is called as ``loss_fn(logits, target, model=model, inputs=x)``.
+    """
+
+    requires_model: bool
+
+
+@dataclass(frozen=True)
+class LossHooks:
+    """What the trainer calls besides the loss itself.
+
+    Attributes
+    ----------
+    on_epoch_start : callable ``(epoch) -> None``, optional
+        Before every epoch, with the 0-based epoch.
+    on_epoch_end : callable ``(val_logits, val_labels) -> Any``, optional
+        After every epoch's evaluation, with the validation logits and labels on the training
+        device; needs a ``val_loader``.
+    needs_model : bool
+        Call the loss as ``loss_fn(logits, target, model=model, inputs=x)``.
+    """
+
+    on_epoch_start: Callable[[int], Any] | None = None
+    on_epoch_end: Callable[[torch.Tensor, torch.Tensor], Any] | None = None
+    needs_model: bool = False
+
+    @classmethod
+    def of(cls, loss_fn: Any) -> LossHooks:
+        """The hooks a loss declares through :class:`EpochScheduled`, :class:`ValidationUpdated`
+        and :class:`ModelAware`."""
+        return cls(
+            on_epoch_start=loss_fn.set_epoch if isinstance(loss_fn, EpochScheduled) else None,
+            on_epoch_end=loss_fn.update if isinstance(loss_fn, ValidationUpdated) else None,
+            needs_model=isinstance(loss_fn, ModelAware) and bool(loss_fn.requires_model))
+
+
+# ------------------------------------------------------------------------------- settings ---
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How to train: optimiser, schedule, device, checkpointing and what to record.
+
+    Attributes
+    ----------
+    epochs : int
+        Total number of epochs (a resumed run continues up to it).
+    optimizer : {"sgd", "adam", "adamw"}
+    lr, momentum, weight_decay, nesterov
+        Optimiser settings (``momentum``/``nesterov`` only for SGD). Paper profile: 0.1, 0.9, 5e-4.
+    lr_schedule : {"step", "cosine", "constant"}
+        ``"step"``: multiply by ``gamma_lr`` at each epoch in ``milestones`` (none: constant);
+        ``"cosine"``: cosine annealing to 0 over ``epochs``. Stepped once per epoch.
+    device : {"auto", "cpu", "cuda", ...}
+        ``"auto"`` picks CUDA when available (see :func:`select_device`).
+    seed : int
+        Seeds Python, NumPy, torch and the loader's generator (fresh runs only; a resumed run
+        restores the checkpointed states instead, so it continues exactly as if never stopped).
+    checkpoint_every : int
+        Checkpoint after every this many epochs (and always after the last).
+    amp : bool or "auto"
+        bfloat16 autocast for the forward pass; ``"auto"``: on CUDA with bf16 support only. The loss
+        always sees float32 logits.
+    channels_last : bool or "auto"
+        ``"auto"``: on CUDA only, for 4-D inputs.
+    deterministic : bool
+        On CUDA: deterministic algorithms and no cuDNN autotuning (slower). CPU runs are
+        reproducible either way.
+    grad_norms : bool
+        Record the per-sample last-layer gradient norms (:mod:`focalcal.lab.records`).
+    n_bins : int
+        Bins of the recorded ECE.
+    clip_grad_norm : float, optional
+        Clip the total gradient norm to this value before every step. The papers do not mention
+        clipping, but Mukhoti et al.'s released code clips at 2 (``clip_grad_norm(params, 2)``)
+        and, by default, sums rather than averages the loss over the batch; pass
+        ``clip_grad_norm=2`` with a sum-reduced loss to reproduce that code.
+
+    Raises
+    ------
+    ValueError
+        A value outside its domain (the message names the field).
+    """
+
+    epochs: int
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = False
+    lr_schedule: str = "step"
+    milestones: tuple[int, ...] | None = None
+    gamma_lr: float = 0.1
+    device: str | torch.device = "auto"
+    seed: int = 0
+    checkpoint_every: int = 1
+    amp: bool | str = "auto"
+    channels_last: bool | str = "auto"
+    deterministic: bool = False
+    grad_norms: bool = True
+    n_bins: int = 15
+    clip_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        put("epochs", check_int(self.epochs, "epochs"))
+        check_choice(self.optimizer, "optimizer", ("sgd", "adam", "adamw"))
+        check_choice(self.lr_schedule, "lr_schedule", ("step", "cosine", "constant"))
+        put("lr", check_positive(self.lr, "lr"))
+        put("gamma_lr", check_positive(self.gamma_lr, "gamma_lr"))
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        if not (math.isfinite(self.momentum) and 0 <= self.momentum < 1):
+            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum}")
+        put("checkpoint_every", check_int(self.checkpoint_every, "checkpoint_every"))
+        put("n_bins", check_int(self.n_bins, "n_bins"))
+        if self.clip_grad_norm is not None:
+            put("clip_grad_norm", check_positive(self.clip_grad_norm, "clip_grad_norm"))
+        check_choice(self.amp, "amp", (True, False, "auto"))
+        check_choice(self.channels_last, "channels_last", (True, False, "auto"))
+        if self.milestones is not None:
+            put("milestones", tuple(sorted(int(m) for m in self.milestones)))
+
+
+# ------------------------------------------------------------------------------ RNG states ---
 
 def seed_everything(seed: int) -> None:
     """Seed Python's ``random``, NumPy's global RNG and torch (CPU and every CUDA device)."""
@@ -152,135 +280,32 @@ def _set_rng_state(s: Mapping[str, Any], loader_generator: torch.Generator | Non
         loader_generator.set_state(s["loader"])
 
 
-def _none_if_nan(v: float) -> float | None:
-    return None if not math.isfinite(v) else float(v)
+# ------------------------------------------------------------------ optimiser and schedule ---
+
+def _make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, momentum: float,
+                    weight_decay: float, nesterov: bool) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                               nesterov=nesterov)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
-def prediction_stats(logits: Any, labels: Any, *, n_bins: int = 15) -> dict[str, float | None]:
-    """The quantities of Mukhoti et al.'s Figs. 2-3 for one set of predictions.
-
-    Parameters
-    ----------
-    logits : Tensor, shape (N, K)
-    labels : Tensor, shape (N,)
-    n_bins : int
-        Bins of the equal-width ECE.
-
-    Returns
-    -------
-    dict
-        ``nll``, ``nll_correct``, ``nll_incorrect``, ``entropy``, ``entropy_correct``,
-        ``entropy_incorrect`` (nats), ``accuracy``, ``error``, ``confidence``, ``ece``, ``n``.
-        A mean over an empty group (no misclassified sample, say) is ``None``.
-    """
-    z = check_logits(logits).to(torch.float64)
-    if z.dim() != 2:
-        raise ValueError(f"logits must have shape (N, K), got {tuple(z.shape)}")
-    y = check_labels(labels, z.shape[1], z.shape[0]).to(z.device)
-    logp = torch.log_softmax(z, dim=-1)
-    nll = -logp.gather(1, y[:, None]).squeeze(1)
-    p = logp.exp()
-    # xlogy(0, 0) = 0: saturated probabilities give a finite entropy
-    ent = -torch.special.xlogy(p, p).sum(-1)
-    correct = logp.argmax(-1) == y
-    n, n_c = y.numel(), int(correct.sum())
-
-    def mean(v: torch.Tensor, m: torch.Tensor, k: int) -> float | None:
-        return float(v[m].sum() / k) if k else None
-
-    acc = n_c / n
-    return {
-        "nll": float(nll.mean()), "nll_correct": mean(nll, correct, n_c),
-        "nll_incorrect": mean(nll, ~correct, n - n_c),
-        "entropy": float(ent.mean()), "entropy_correct": mean(ent, correct, n_c),
-        "entropy_incorrect": mean(ent, ~correct, n - n_c),
-        "accuracy": acc, "error": 1.0 - acc, "confidence": float(p.max(-1).values.mean()),
-        "ece": float(ece(y, logits=z, n_bins=n_bins)), "n": n,
-    }
+def _make_scheduler(opt: torch.optim.Optimizer, schedule: str, epochs: int,
+                    milestones: Iterable[int] | None, gamma_lr: float
+                    ) -> torch.optim.lr_scheduler.LRScheduler:
+    if schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    ms = [] if schedule == "constant" or milestones is None else sorted(int(m) for m in milestones)
+    return torch.optim.lr_scheduler.MultiStepLR(opt, milestones=ms, gamma=gamma_lr)
 
 
-class _FeatureHook:
-    """Keeps the input of the last linear layer from the first forward pass after ``reset``."""
-
-    def __init__(self, layer: nn.Linear) -> None:
-        self.features: torch.Tensor | None = None
-        self.handle = layer.register_forward_hook(self._hook)
-
-    def _hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        # a loss with requires_model may run the network again; the first pass is the one whose
-        # logits the step differentiates
-        if self.features is None:
-            self.features = inputs[0].detach()
-
-    def reset(self) -> None:
-        self.features = None
-
-    def remove(self) -> None:
-        self.handle.remove()
-
-
-def _split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(batch, (list, tuple)) and len(batch) >= 2:
-        return batch[0], batch[1]
-    raise ValueError("each batch must be a tuple (inputs, labels, ...); got "
-                     f"{type(batch).__name__}")
-
-
-def _to_device(x: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
-    x = x.to(device, non_blocking=True)
-    if channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable, *, device: str | torch.device = "auto",
-             amp: bool = False, channels_last: bool = False
-             ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """Logits of ``model`` (eval mode) over ``loader``.
-
-    Returns
-    -------
-    logits : Tensor, shape (N, K), float32, on the CPU
-    labels : Tensor, shape (N,), int64, on the CPU
-    feature_norm : float or None
-        Mean L2 norm of the last linear layer's input (``None`` if the model has none).
-    """
-    dev = select_device(device)
-    was_training = model.training
-    model.eval()
-    try:
-        hook = _FeatureHook(last_linear(model))
-    except ValueError:
-        hook = None
-    logits, labels, fsum, fcount = [], [], torch.zeros((), dtype=torch.float64, device=dev), 0
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp else nullcontext()
-    try:
-        for batch in loader:
-            x, y = _split_batch(batch)
-            x = _to_device(x, dev, channels_last)
-            if hook is not None:
-                hook.reset()
-            with autocast:
-                z = model(x)
-            logits.append(z.float())
-            labels.append(y.to(dev, non_blocking=True))
-            if hook is not None and hook.features is not None:
-                fsum += hook.features.flatten(1).float().norm(dim=1).sum()
-                fcount += x.shape[0]
-    finally:
-        if hook is not None:
-            hook.remove()
-        model.train(was_training)
-    if not logits:
-        raise ValueError("the evaluation loader yielded no batches")
-    fnorm = float(fsum) / fcount if fcount else None
-    return torch.cat(logits).cpu(), torch.cat(labels).cpu().long(), fnorm
-
+# --------------------------------------------------------------------------------- results ---
 
 @dataclass
 class TrainResult:
-    """What :func:`train` returns (the same content is in ``out_dir`` when one was given).
+    """What :meth:`Trainer.fit` returns (the same content is in ``out_dir`` when one was given).
 
     ``val_logits``/``test_logits`` (float32, CPU) are those of the final model; ``None`` for a
     loader that was not given. ``resumed_from`` is the number of epochs the run found already done
@@ -307,61 +332,32 @@ def _json_normalise(obj: Any) -> Any:
         raise ValueError(f"config must be JSON-serialisable without NaN/inf: {err}") from err
 
 
-def _make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, momentum: float,
-                    weight_decay: float, nesterov: bool) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                               nesterov=nesterov)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-
-
-def _make_scheduler(opt: torch.optim.Optimizer, schedule: str, epochs: int,
-                    milestones: Iterable[int] | None, gamma_lr: float
-                    ) -> torch.optim.lr_scheduler.LRScheduler:
-    if schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
-    ms = [] if schedule == "constant" or milestones is None else sorted(int(m) for m in milestones)
-    return torch.optim.lr_scheduler.MultiStepLR(opt, milestones=ms, gamma=gamma_lr)
-
-
-def _grad_summary(norms: torch.Tensor) -> dict[str, Any]:
-    if norms.numel() == 0:
-        return {"grad_norm_hist": [0] * (len(GRAD_NORM_EDGES) - 1), "grad_norm_mean": None,
-                "grad_norm_quantiles": None}
-    norms = norms.double().cpu()
-    edges = torch.tensor(GRAD_NORM_EDGES, dtype=torch.float64)
-    # clamp into the end bins so that every sample is counted
-    idx = (torch.bucketize(norms, edges, right=True) - 1).clamp(0, len(GRAD_NORM_EDGES) - 2)
-    hist = torch.bincount(idx, minlength=len(GRAD_NORM_EDGES) - 1)
-    q = torch.quantile(norms, torch.tensor(_QUANTILES, dtype=torch.float64))
-    return {"grad_norm_hist": hist.tolist(), "grad_norm_mean": float(norms.mean()),
-            "grad_norm_quantiles": dict(zip((f"{int(100 * a)}" for a in _QUANTILES), q.tolist()))}
-
-
-def _prefixed(prefix: str, stats: Mapping[str, Any]) -> dict[str, Any]:
-    return {f"{prefix}_{k}": v for k, v in stats.items()}
-
-
 def _write_history(out: Path, history: list[dict[str, Any]]) -> None:
     atomic_write_json(out / "history.json", {"grad_norm_edges": GRAD_NORM_EDGES, "records": history})
 
 
-# -------------------------------------------------------------------------------------- train ---
+@dataclass
+class _Loaders:
+    train: Iterable
+    val: Iterable | None
+    test: Iterable | None
+    train_eval: Iterable | None
 
-def train(model: nn.Module, loss_fn: nn.Module | Any, train_loader: Iterable, *,
-          val_loader: Iterable | None = None, test_loader: Iterable | None = None,
-          epochs: int, optimizer: str = "sgd", lr: float = 0.1, momentum: float = 0.9,
-          weight_decay: float = 5e-4, nesterov: bool = False, lr_schedule: str = "step",
-          milestones: Iterable[int] | None = None, gamma_lr: float = 0.1,
-          device: str | torch.device = "auto", seed: int = 0,
-          out_dir: str | os.PathLike | None = None, checkpoint_every: int = 1, resume: bool = True,
-          keep_checkpoint: bool = True, progress: bool = True, config: Mapping[str, Any] | None = None,
-          amp: bool | str = "auto", channels_last: bool | str = "auto", deterministic: bool = False,
-          grad_norms: bool = True, train_eval_loader: Iterable | None = None, n_bins: int = 15,
-          clip_grad_norm: float | None = None) -> TrainResult:
-    """Train ``model`` on ``loss_fn``; record, checkpoint, resume; save the final logits.
+
+@dataclass
+class _Epoch:
+    """What one pass over the training data leaves behind."""
+
+    loss: float
+    logits: torch.Tensor
+    labels: torch.Tensor
+    grad_norms: torch.Tensor | None
+
+
+# --------------------------------------------------------------------------------- trainer ---
+
+class Trainer:
+    """One training run: ``Trainer(model, loss_fn, settings, ...).fit(train_loader, ...)``.
 
     Parameters
     ----------
@@ -369,302 +365,316 @@ def train(model: nn.Module, loss_fn: nn.Module | Any, train_loader: Iterable, *,
         Maps a batch of inputs to logits ``(B, K)``; its last :class:`~torch.nn.Linear` is found by
         :func:`focalcal.lab.models.last_linear`.
     loss_fn : callable
-        ``loss_fn(logits, target) -> scalar`` (mean over the batch). Protocols, detected by
-        attribute: ``requires_model = True`` -> called as ``loss_fn(logits, target, model=model,
-        inputs=x)``; ``set_epoch(epoch)`` -> called before every epoch (0-based); ``update(val_logits,
-        val_labels)`` -> called after every epoch with the validation logits and labels (on the
-        training device; AdaFocal), which then requires ``val_loader``. An ``nn.Module`` loss is moved
-        to the device and its ``state_dict()`` (buffers, extra state: e.g. AdaFocal's gammas) is
-        checkpointed and restored.
-    train_loader, val_loader, test_loader : iterables of ``(inputs, labels, ...)`` batches
-        If ``train_loader`` has a ``generator`` (as from :func:`focalcal.lab.data.make_loaders`), it is
-        re-seeded with ``seed`` for a fresh run and checkpointed, so shuffling is reproducible.
-    epochs : int
-        Total number of epochs (a resumed run continues up to it).
-    optimizer : {"sgd", "adam", "adamw"}
-    lr, momentum, weight_decay, nesterov
-        Optimiser settings (``momentum``/``nesterov`` only for SGD). Paper profile: 0.1, 0.9, 5e-4.
-    lr_schedule : {"step", "cosine", "constant"}
-        ``"step"``: multiply by ``gamma_lr`` at each epoch in ``milestones`` (none: constant);
-        ``"cosine"``: cosine annealing to 0 over ``epochs``. Stepped once per epoch.
-    device : {"auto", "cpu", "cuda", ...}
-        ``"auto"`` picks CUDA when available (see :func:`select_device`).
-    seed : int
-        Seeds Python, NumPy, torch and the loader's generator (fresh runs only; a resumed run
-        restores the checkpointed states instead, so it continues exactly as if never stopped).
+        ``loss_fn(logits, target) -> scalar`` (mean over the batch); see the module docstring for
+        the hooks a loss may declare.
+    settings : TrainSettings
     out_dir : path, optional
         Where checkpoints and results go; nothing is written without it.
-    checkpoint_every : int
-        Checkpoint after every this many epochs (and always after the last).
+    config : mapping, optional
+        The run's configuration (JSON-serialisable); stored in ``config.json`` and the checkpoint.
     resume : bool
         Continue from ``out_dir/checkpoint.pt`` when it exists (its ``config`` must equal
         ``config``; otherwise ``ValueError``). The model, optimiser (learning rates included),
         scheduler, RNG and loss states come from the checkpoint; ``epochs`` may be raised to extend
         a finished run. ``False`` starts afresh and overwrites.
     keep_checkpoint : bool
-        Keep ``checkpoint.pt`` after the run (lets a later call extend ``epochs``).
+        Keep ``checkpoint.pt`` after the run (lets a later run extend ``epochs``).
     progress : bool
-        Show a tqdm bar per epoch with the running loss and accuracy.
-    config : mapping, optional
-        The run's configuration (JSON-serialisable); stored in ``config.json`` and the checkpoint.
-    amp : bool or "auto"
-        bfloat16 autocast for the forward pass; ``"auto"``: on CUDA with bf16 support only. The loss
-        always sees float32 logits.
-    channels_last : bool or "auto"
-        ``"auto"``: on CUDA only, for 4-D inputs.
-    deterministic : bool
-        On CUDA: deterministic algorithms and no cuDNN autotuning (slower). CPU runs are
-        reproducible either way.
-    grad_norms : bool
-        Record the per-sample last-layer gradient norms (see the module docstring).
-    train_eval_loader : iterable, optional
-        An extra eval-mode pass over training data each epoch (records ``train_eval_*``).
-    n_bins : int
-        Bins of the recorded ECE.
-    clip_grad_norm : float, optional
-        Clip the total gradient norm to this value before every step. The papers do not mention
-        clipping, but Mukhoti et al.'s released code clips at 2 (``clip_grad_norm(params, 2)``)
-        and, by default, sums rather than averages the loss over the batch; pass
-        ``clip_grad_norm=2`` with a sum-reduced loss to reproduce that code.
-
-    Returns
-    -------
-    TrainResult
+        Show a tqdm bar per epoch with the running loss and accuracy, and one line per epoch.
+    hooks : LossHooks, optional
+        Default: :meth:`LossHooks.of` ``(loss_fn)``.
 
     Raises
     ------
     ValueError
-        Bad arguments; ``update`` protocol without ``val_loader``; a checkpoint of another config.
-    FloatingPointError
-        The mean training loss of an epoch is not finite (the run stops; the last checkpoint stays).
+        ``config`` is not JSON-serialisable; ``amp=True`` without CUDA; a bad device.
     """
-    epochs = check_int(epochs, "epochs")
-    check_choice(optimizer, "optimizer", ("sgd", "adam", "adamw"))
-    check_choice(lr_schedule, "lr_schedule", ("step", "cosine", "constant"))
-    lr = check_positive(lr, "lr")
-    gamma_lr = check_positive(gamma_lr, "gamma_lr")
-    if not (math.isfinite(weight_decay) and weight_decay >= 0):
-        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay}")
-    if not (math.isfinite(momentum) and 0 <= momentum < 1):
-        raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
-    checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
-    n_bins = check_int(n_bins, "n_bins")
-    if clip_grad_norm is not None:
-        clip_grad_norm = check_positive(clip_grad_norm, "clip_grad_norm")
-    check_choice(amp, "amp", (True, False, "auto"))
-    check_choice(channels_last, "channels_last", (True, False, "auto"))
-    has_update = callable(getattr(loss_fn, "update", None))
-    has_set_epoch = callable(getattr(loss_fn, "set_epoch", None))
-    requires_model = bool(getattr(loss_fn, "requires_model", False))
-    if has_update and val_loader is None:
-        raise ValueError("loss_fn has update(val_logits, val_labels) (e.g. AdaFocal) and needs "
-                         "val_loader; pass val_loader=")
-    user_config = _json_normalise(dict(config) if config is not None else {})
 
-    dev = select_device(device)
-    use_amp = (dev.type == "cuda" and torch.cuda.is_bf16_supported()) if amp == "auto" else bool(amp)
-    if use_amp and dev.type != "cuda":
-        raise ValueError("amp=True needs a CUDA device (bfloat16 autocast is used on GPU only)")
-    use_cl = dev.type == "cuda" if channels_last == "auto" else bool(channels_last)
-    if dev.type == "cuda":
-        torch.backends.cudnn.benchmark = not deterministic
-        if deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True, warn_only=True)
-    loader_gen = getattr(train_loader, "generator", None)
+    def __init__(self, model: nn.Module, loss_fn: nn.Module | Callable[..., torch.Tensor],
+                 settings: TrainSettings, *, out_dir: str | os.PathLike | None = None,
+                 config: Mapping[str, Any] | None = None, resume: bool = True,
+                 keep_checkpoint: bool = True, progress: bool = True,
+                 hooks: LossHooks | None = None) -> None:
+        self.model, self.loss_fn, self.settings = model, loss_fn, settings
+        self.hooks = LossHooks.of(loss_fn) if hooks is None else hooks
+        self.config = _json_normalise(dict(config) if config is not None else {})
+        self.out = Path(out_dir) if out_dir is not None else None
+        self.resume, self.keep_checkpoint, self.progress = resume, keep_checkpoint, progress
+        s = settings
+        self.device = select_device(s.device)
+        cuda = self.device.type == "cuda"
+        self.amp = (cuda and torch.cuda.is_bf16_supported()) if s.amp == "auto" else bool(s.amp)
+        if self.amp and not cuda:
+            raise ValueError("amp=True needs a CUDA device (bfloat16 autocast is used on GPU only)")
+        self.channels_last = cuda if s.channels_last == "auto" else bool(s.channels_last)
 
-    settings = {
-        "epochs": epochs, "optimizer": optimizer, "lr": lr, "momentum": momentum,
-        "weight_decay": weight_decay, "nesterov": nesterov, "lr_schedule": lr_schedule,
-        "milestones": sorted(int(m) for m in milestones) if milestones is not None else None,
-        "gamma_lr": gamma_lr, "seed": int(seed), "device": str(dev), "amp_bf16": use_amp,
-        "channels_last": use_cl, "deterministic": deterministic, "checkpoint_every": checkpoint_every,
-        "n_bins": n_bins, "clip_grad_norm": clip_grad_norm,
-    }
+    def recorded_settings(self) -> dict[str, Any]:
+        """The settings as ``config.json`` and the checkpoint record them (device resolved)."""
+        s = self.settings
+        return {
+            "epochs": s.epochs, "optimizer": s.optimizer, "lr": s.lr, "momentum": s.momentum,
+            "weight_decay": s.weight_decay, "nesterov": s.nesterov, "lr_schedule": s.lr_schedule,
+            "milestones": list(s.milestones) if s.milestones is not None else None,
+            "gamma_lr": s.gamma_lr, "seed": int(s.seed), "device": str(self.device),
+            "amp_bf16": self.amp, "channels_last": self.channels_last,
+            "deterministic": s.deterministic, "checkpoint_every": s.checkpoint_every,
+            "n_bins": s.n_bins, "clip_grad_norm": s.clip_grad_norm,
+        }
 
-    model.to(dev)
-    if use_cl:
-        model.to(memory_format=torch.channels_last)
-    if isinstance(loss_fn, nn.Module):
-        loss_fn.to(dev)
-    opt = _make_optimizer(optimizer, model.parameters(), lr, momentum, weight_decay, nesterov)
-    sched = _make_scheduler(opt, lr_schedule, epochs, milestones, gamma_lr)
+    # ------------------------------------------------------------------------------ fit ---
 
-    out = Path(out_dir) if out_dir is not None else None
-    ckpt_path = out / "checkpoint.pt" if out is not None else None
-    history: list[dict[str, Any]] = []
-    start = 0
-    if ckpt_path is not None and resume and ckpt_path.is_file():
-        ck = torch_load(ckpt_path, map_location="cpu")
+    def fit(self, train_loader: Iterable, *, val_loader: Iterable | None = None,
+            test_loader: Iterable | None = None, train_eval_loader: Iterable | None = None
+            ) -> TrainResult:
+        """Train; record, checkpoint, resume; save the final logits.
+
+        Parameters
+        ----------
+        train_loader, val_loader, test_loader : iterables of ``(inputs, labels, ...)`` batches
+            If ``train_loader`` has a ``generator`` (as from
+            :func:`focalcal.lab.data.make_loaders`), it is re-seeded with ``seed`` for a fresh run
+            and checkpointed, so shuffling is reproducible.
+        train_eval_loader : iterable, optional
+            An extra eval-mode pass over training data each epoch (records ``train_eval_*``).
+
+        Returns
+        -------
+        TrainResult
+
+        Raises
+        ------
+        ValueError
+            A loss with an ``on_epoch_end`` hook without ``val_loader``; a checkpoint of another
+            config; a loader that yields no batch.
+        FloatingPointError
+            The mean training loss of an epoch is not finite (the run stops; the last checkpoint
+            stays).
+        """
+        if self.hooks.on_epoch_end is not None and val_loader is None:
+            raise ValueError("loss_fn has update(val_logits, val_labels) (e.g. AdaFocal) and needs "
+                             "val_loader; pass val_loader=")
+        self.loaders = _Loaders(train_loader, val_loader, test_loader, train_eval_loader)
+        self._prepare()
+        start = self._restore_or_seed()
+        self.resumed_from = start
+        if self.out is not None:
+            # written first as well, so that an interrupted run's directory says what it was
+            self._write_config()
+        self.fc = last_linear(self.model)
+        self.features = FeatureHook(self.fc)
+        self.val_out = self.test_out = None
+        try:
+            for epoch in range(start, self.settings.epochs):
+                self._run_epoch(epoch)
+        finally:
+            self.features.remove()
+        return self._finish()
+
+    def _prepare(self) -> None:
+        s, dev = self.settings, self.device
+        if dev.type == "cuda":
+            torch.backends.cudnn.benchmark = not s.deterministic
+            if s.deterministic:
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+                torch.use_deterministic_algorithms(True, warn_only=True)
+        self.loader_gen = getattr(self.loaders.train, "generator", None)
+        self.model.to(dev)
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        if isinstance(self.loss_fn, nn.Module):
+            self.loss_fn.to(dev)
+        self.opt = _make_optimizer(s.optimizer, self.model.parameters(), s.lr, s.momentum,
+                                   s.weight_decay, s.nesterov)
+        self.sched = _make_scheduler(self.opt, s.lr_schedule, s.epochs, s.milestones, s.gamma_lr)
+        self.history: list[dict[str, Any]] = []
+        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.amp else nullcontext
+
+    @property
+    def _checkpoint_path(self) -> Path | None:
+        return self.out / "checkpoint.pt" if self.out is not None else None
+
+    def _restore_or_seed(self) -> int:
+        """Load the checkpoint (returns the epochs it had done) or seed a fresh run (returns 0)."""
+        path = self._checkpoint_path
+        if path is None or not self.resume or not path.is_file():
+            seed_everything(self.settings.seed)
+            if self.loader_gen is not None:
+                self.loader_gen.manual_seed(int(self.settings.seed))
+            return 0
+        ck = torch_load(path, map_location="cpu")
         if ck.get("format") != _CHECKPOINT_FORMAT:
-            raise ValueError(f"{ckpt_path} has checkpoint format {ck.get('format')!r}, "
+            raise ValueError(f"{path} has checkpoint format {ck.get('format')!r}, "
                              f"expected {_CHECKPOINT_FORMAT}")
-        if ck["config"] != user_config:
-            raise ValueError(f"{ckpt_path} belongs to a run with another config "
-                             f"({ck['config']!r} != {user_config!r}); use another out_dir or "
+        if ck["config"] != self.config:
+            raise ValueError(f"{path} belongs to a run with another config "
+                             f"({ck['config']!r} != {self.config!r}); use another out_dir or "
                              f"resume=False")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        sched.load_state_dict(ck["scheduler"])
-        if ck["loss"] is not None and hasattr(loss_fn, "load_state_dict"):
-            loss_fn.load_state_dict(ck["loss"])
-        _set_rng_state(ck["rng"], loader_gen)
-        history = list(ck["history"])
-        start = int(ck["epoch"])
-    else:
-        seed_everything(seed)
-        if loader_gen is not None:
-            loader_gen.manual_seed(int(seed))
-    resumed_from = start
-    if out is not None:
-        # written first as well, so that an interrupted run's directory says what it was
-        _write_config(out, user_config, settings, model, loss_fn, train_loader, val_loader, test_loader)
+        self.model.load_state_dict(ck["model"])
+        self.opt.load_state_dict(ck["optimizer"])
+        self.sched.load_state_dict(ck["scheduler"])
+        if ck["loss"] is not None and hasattr(self.loss_fn, "load_state_dict"):
+            self.loss_fn.load_state_dict(ck["loss"])
+        _set_rng_state(ck["rng"], self.loader_gen)
+        self.history = list(ck["history"])
+        return int(ck["epoch"])
 
-    fc = last_linear(model)
-    hook = _FeatureHook(fc)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else nullcontext()
-    eval_kw = {"device": dev, "amp": use_amp, "channels_last": use_cl}
-    val_out = test_out = None
-
-    def save_checkpoint(epoch_done: int) -> None:
+    def _save_checkpoint(self, epoch_done: int) -> None:
         atomic_torch_save({
-            "format": _CHECKPOINT_FORMAT, "epoch": epoch_done, "model": model.state_dict(),
-            "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-            "loss": loss_fn.state_dict() if hasattr(loss_fn, "state_dict") else None,
-            "rng": _rng_state(loader_gen), "history": history, "config": user_config,
-            "settings": settings,
-        }, ckpt_path)
+            "format": _CHECKPOINT_FORMAT, "epoch": epoch_done, "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+            "loss": self.loss_fn.state_dict() if hasattr(self.loss_fn, "state_dict") else None,
+            "rng": _rng_state(self.loader_gen), "history": self.history, "config": self.config,
+            "settings": self.recorded_settings(),
+        }, self._checkpoint_path)
 
-    try:
-        for epoch in range(start, epochs):
-            t0 = time.perf_counter()
-            if has_set_epoch:
-                loss_fn.set_epoch(epoch)
-            model.train()
-            lr_now = float(opt.param_groups[0]["lr"])
-            loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
-            n_batches = 0
-            logit_chunks, label_chunks, gnorm_chunks = [], [], []
-            try:
-                total = len(train_loader)  # type: ignore[arg-type]
-            except TypeError:
-                total = None
-            log_every = max(1, (total or 100) // 20)
-            bar = tqdm(train_loader, total=total, disable=not progress, leave=False,
-                       desc=f"epoch {epoch + 1}/{epochs}", dynamic_ncols=True)
-            for batch in bar:
-                x, y = _split_batch(batch)
-                x = _to_device(x, dev, use_cl)
-                y = y.to(dev, non_blocking=True).long()
-                hook.reset()
-                with autocast:
-                    out_logits = model(x)
-                logits = out_logits.float()
-                if grad_norms:
-                    logits.retain_grad()
-                if requires_model:
-                    loss = loss_fn(logits, y, model=model, inputs=x)
-                else:
-                    loss = loss_fn(logits, y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if clip_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-                opt.step()
-                with torch.no_grad():
-                    loss_sum += loss.detach().double()
-                    n_batches += 1
-                    logit_chunks.append(logits.detach())
-                    label_chunks.append(y)
-                    if grad_norms and logits.grad is not None and hook.features is not None:
-                        h = hook.features.flatten(1).float()
-                        g = logits.grad.float()
-                        gnorm_chunks.append(y.shape[0] * g.norm(dim=1)
-                                            * (h.pow(2).sum(1) + 1.0).sqrt())
-                if progress and n_batches % log_every == 0:
-                    acc = float((logits.detach().argmax(-1) == y).float().mean())
-                    bar.set_postfix(loss=f"{float(loss_sum) / n_batches:.4f}", acc=f"{acc:.3f}")
-            bar.close()
-            if n_batches == 0:
-                raise ValueError("train_loader yielded no batches")
-            train_loss = float(loss_sum) / n_batches
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(f"mean training loss is {train_loss} in epoch {epoch + 1}; "
-                                         f"lower lr (last checkpoint kept)")
-            sched.step()
+    # ---------------------------------------------------------------------------- epochs ---
 
-            record: dict[str, Any] = {"epoch": epoch + 1, "lr": lr_now, "train_loss": train_loss}
-            record.update(_prefixed("train", prediction_stats(
-                torch.cat(logit_chunks), torch.cat(label_chunks), n_bins=n_bins)))
-            if train_eval_loader is not None:
-                z, t, _ = evaluate(model, train_eval_loader, **eval_kw)
-                record.update(_prefixed("train_eval", prediction_stats(z, t, n_bins=n_bins)))
-            fnorm = None
-            if val_loader is not None:
-                val_out = evaluate(model, val_loader, **eval_kw)
-                record.update(_prefixed("val", prediction_stats(val_out[0], val_out[1], n_bins=n_bins)))
-                fnorm = val_out[2]
-            if test_loader is not None:
-                test_out = evaluate(model, test_loader, **eval_kw)
-                record.update(_prefixed("test", prediction_stats(test_out[0], test_out[1], n_bins=n_bins)))
-                fnorm = test_out[2]
-            if has_update:
-                loss_fn.update(val_out[0].to(dev), val_out[1].to(dev))
-            record["weight_norm"] = float(fc.weight.detach().float().norm())
-            record["feature_norm"] = fnorm
-            if grad_norms:
-                gn = torch.cat(gnorm_chunks) if gnorm_chunks else torch.zeros(0)
-                record.update(_grad_summary(gn))
-            record["time_s"] = time.perf_counter() - t0
-            history.append(_json_normalise(record))
-            if progress:
-                msg = f"epoch {epoch + 1}/{epochs} loss {train_loss:.4f} acc {record['train_accuracy']:.3f}"
-                if val_loader is not None:
-                    msg += f" val acc {record['val_accuracy']:.3f} ece {record['val_ece']:.4f}"
-                tqdm.write(msg)
-            if out is not None:
-                done = epoch + 1
-                if done % checkpoint_every == 0 or done == epochs:
-                    save_checkpoint(done)
-                _write_history(out, history)
-    finally:
-        hook.remove()
+    def _run_epoch(self, epoch: int) -> None:
+        """Train one epoch, evaluate, call the hooks, record, checkpoint."""
+        t0 = time.perf_counter()
+        if self.hooks.on_epoch_start is not None:
+            self.hooks.on_epoch_start(epoch)
+        lr_now = float(self.opt.param_groups[0]["lr"])
+        done = self._train_pass(epoch)
+        if not math.isfinite(done.loss):
+            raise FloatingPointError(f"mean training loss is {done.loss} in epoch {epoch + 1}; "
+                                     f"lower lr (last checkpoint kept)")
+        self.sched.step()
+        record = self._record(epoch, lr_now, done)
+        record["time_s"] = time.perf_counter() - t0
+        self.history.append(_json_normalise(record))
+        if self.progress:
+            msg = f"epoch {epoch + 1}/{self.settings.epochs} loss {done.loss:.4f} acc {record['train_accuracy']:.3f}"
+            if self.loaders.val is not None:
+                msg += f" val acc {record['val_accuracy']:.3f} ece {record['val_ece']:.4f}"
+            tqdm.write(msg)
+        if self.out is not None:
+            n = epoch + 1
+            if n % self.settings.checkpoint_every == 0 or n == self.settings.epochs:
+                self._save_checkpoint(n)
+            _write_history(self.out, self.history)
 
-    # a run resumed after its last epoch still returns (and saves) its final logits
-    if val_loader is not None and val_out is None:
-        val_out = evaluate(model, val_loader, **eval_kw)
-    if test_loader is not None and test_out is None:
-        test_out = evaluate(model, test_loader, **eval_kw)
+    def _train_pass(self, epoch: int) -> _Epoch:
+        """One pass over the training loader: a step per batch; the batches' logits kept."""
+        s, dev, model = self.settings, self.device, self.model
+        model.train()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        n_batches = 0
+        logit_chunks, label_chunks, gnorm_chunks = [], [], []
+        try:
+            total = len(self.loaders.train)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+        log_every = max(1, (total or 100) // 20)
+        bar = tqdm(self.loaders.train, total=total, disable=not self.progress, leave=False,
+                   desc=f"epoch {epoch + 1}/{s.epochs}", dynamic_ncols=True)
+        for batch in bar:
+            x, y = split_batch(batch)
+            x = to_device(x, dev, self.channels_last)
+            y = y.to(dev, non_blocking=True).long()
+            logits, loss = self._step(x, y)
+            with torch.no_grad():
+                loss_sum += loss.detach().double()
+                n_batches += 1
+                logit_chunks.append(logits.detach())
+                label_chunks.append(y)
+                if s.grad_norms and logits.grad is not None and self.features.features is not None:
+                    gnorm_chunks.append(last_layer_grad_norms(logits.grad, self.features.features))
+            if self.progress and n_batches % log_every == 0:
+                acc = float((logits.detach().argmax(-1) == y).float().mean())
+                bar.set_postfix(loss=f"{float(loss_sum) / n_batches:.4f}", acc=f"{acc:.3f}")
+        bar.close()
+        if n_batches == 0:
+            raise ValueError("train_loader yielded no batches")
+        gnorms = None
+        if s.grad_norms:
+            gnorms = torch.cat(gnorm_chunks) if gnorm_chunks else torch.zeros(0)
+        return _Epoch(float(loss_sum) / n_batches, torch.cat(logit_chunks), torch.cat(label_chunks),
+                      gnorms)
 
-    if out is not None:
-        logits_blob = {}
-        if val_out is not None:
-            logits_blob.update(val_logits=val_out[0], val_labels=val_out[1])
-        if test_out is not None:
-            logits_blob.update(test_logits=test_out[0], test_labels=test_out[1])
-        atomic_torch_save(logits_blob, out / "logits.pt")
-        _write_config(out, user_config, settings, model, loss_fn, train_loader, val_loader, test_loader)
-        _write_history(out, history)
-        if not keep_checkpoint and ckpt_path.is_file():
-            ckpt_path.unlink()
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward, loss, backward, clip, optimiser step; returns the float32 logits and the loss."""
+        self.features.reset()
+        with self.autocast():
+            out_logits = self.model(x)
+        logits = out_logits.float()
+        if self.settings.grad_norms:
+            logits.retain_grad()
+        if self.hooks.needs_model:
+            loss = self.loss_fn(logits, y, model=self.model, inputs=x)
+        else:
+            loss = self.loss_fn(logits, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.settings.clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.clip_grad_norm)
+        self.opt.step()
+        return logits, loss
 
-    return TrainResult(
-        model=model, history=history,
-        val_logits=val_out[0] if val_out else None, val_labels=val_out[1] if val_out else None,
-        test_logits=test_out[0] if test_out else None, test_labels=test_out[1] if test_out else None,
-        out_dir=out, device=str(dev), resumed_from=resumed_from, settings=settings)
+    def _evaluate(self, loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+        return evaluate(self.model, loader, device=self.device, amp=self.amp,
+                        channels_last=self.channels_last)
 
+    def _record(self, epoch: int, lr_now: float, done: _Epoch) -> dict[str, Any]:
+        """The epoch's record (:mod:`focalcal.lab.records`); calls ``on_epoch_end``."""
+        n_bins, ld = self.settings.n_bins, self.loaders
+        record: dict[str, Any] = {"epoch": epoch + 1, "lr": lr_now, "train_loss": done.loss}
+        record.update(prefixed("train", prediction_stats(done.logits, done.labels, n_bins=n_bins)))
+        if ld.train_eval is not None:
+            z, t, _ = self._evaluate(ld.train_eval)
+            record.update(prefixed("train_eval", prediction_stats(z, t, n_bins=n_bins)))
+        fnorm = None
+        for name, loader in (("val", ld.val), ("test", ld.test)):
+            if loader is not None:
+                out = self._evaluate(loader)
+                setattr(self, f"{name}_out", out)
+                record.update(prefixed(name, prediction_stats(out[0], out[1], n_bins=n_bins)))
+                fnorm = out[2]
+        if self.hooks.on_epoch_end is not None:
+            self.hooks.on_epoch_end(self.val_out[0].to(self.device), self.val_out[1].to(self.device))
+        record["weight_norm"] = float(self.fc.weight.detach().float().norm())
+        record["feature_norm"] = fnorm
+        if done.grad_norms is not None:
+            record.update(grad_norm_summary(done.grad_norms))
+        return record
 
-def _write_config(out: Path, user_config: Any, settings: dict[str, Any], model: nn.Module,
-                  loss_fn: Any, train_loader: Any, val_loader: Any, test_loader: Any) -> None:
-    atomic_write_json(out / "config.json", _json_normalise({
-        "config": user_config, "trainer": settings,
-        "model": {"class": type(model).__name__, "parameters": count_parameters(model)},
-        "loss": {"class": type(loss_fn).__name__, "repr": repr(loss_fn)},
-        "data": {name: _dataset_size(ld) for name, ld in
-                 (("train", train_loader), ("val", val_loader), ("test", test_loader))},
-        "versions": _versions(),
-    }))
+    # ---------------------------------------------------------------------------- finish ---
+
+    def _finish(self) -> TrainResult:
+        # a run resumed after its last epoch still returns (and saves) its final logits
+        if self.loaders.val is not None and self.val_out is None:
+            self.val_out = self._evaluate(self.loaders.val)
+        if self.loaders.test is not None and self.test_out is None:
+            self.test_out = self._evaluate(self.loaders.test)
+        val, test = self.val_out, self.test_out
+        if self.out is not None:
+            blob = {}
+            if val is not None:
+                blob.update(val_logits=val[0], val_labels=val[1])
+            if test is not None:
+                blob.update(test_logits=test[0], test_labels=test[1])
+            atomic_torch_save(blob, self.out / "logits.pt")
+            self._write_config()
+            _write_history(self.out, self.history)
+            if not self.keep_checkpoint and self._checkpoint_path.is_file():
+                self._checkpoint_path.unlink()
+        return TrainResult(
+            model=self.model, history=self.history,
+            val_logits=val[0] if val else None, val_labels=val[1] if val else None,
+            test_logits=test[0] if test else None, test_labels=test[1] if test else None,
+            out_dir=self.out, device=str(self.device), resumed_from=self.resumed_from,
+            settings=self.recorded_settings())
+
+    def _write_config(self) -> None:
+        ld = self.loaders
+        atomic_write_json(self.out / "config.json", _json_normalise({
+            "config": self.config, "trainer": self.recorded_settings(),
+            "model": {"class": type(self.model).__name__, "parameters": count_parameters(self.model)},
+            "loss": {"class": type(self.loss_fn).__name__, "repr": repr(self.loss_fn)},
+            "data": {name: _dataset_size(loader) for name, loader in
+                     (("train", ld.train), ("val", ld.val), ("test", ld.test))},
+            "versions": _versions(),
+        }))
 
 
 def _dataset_size(loader: Iterable | None) -> int | None:
@@ -684,3 +694,31 @@ def _versions() -> dict[str, str]:
     except ImportError:
         pass
     return v
+
+
+# ----------------------------------------------------------------------------------- train ---
+
+def train(model: nn.Module, loss_fn: nn.Module | Callable[..., torch.Tensor], train_loader: Iterable, *,
+          val_loader: Iterable | None = None, test_loader: Iterable | None = None,
+          train_eval_loader: Iterable | None = None, out_dir: str | os.PathLike | None = None,
+          config: Mapping[str, Any] | None = None, resume: bool = True, keep_checkpoint: bool = True,
+          progress: bool = True, hooks: LossHooks | None = None, **settings: Any) -> TrainResult:
+    """Train ``model`` on ``loss_fn`` in one call: :class:`Trainer` ``(...).fit(...)``.
+
+    Parameters
+    ----------
+    model, loss_fn, out_dir, config, resume, keep_checkpoint, progress, hooks
+        As for :class:`Trainer`.
+    train_loader, val_loader, test_loader, train_eval_loader
+        As for :meth:`Trainer.fit`.
+    **settings
+        The fields of :class:`TrainSettings` (``epochs`` is required).
+
+    Returns
+    -------
+    TrainResult
+    """
+    trainer = Trainer(model, loss_fn, TrainSettings(**settings), out_dir=out_dir, config=config,
+                      resume=resume, keep_checkpoint=keep_checkpoint, progress=progress, hooks=hooks)
+    return trainer.fit(train_loader, val_loader=val_loader, test_loader=test_loader,
+                       train_eval_loader=train_eval_loader)
