@@ -1,22 +1,30 @@
 """Argument checks shared by every public function.
 
 Each check raises ``ValueError`` naming the argument and saying what is allowed, so that bad
-input never turns into a silent NaN three calls later.
+input never turns into a silent NaN three calls later. :data:`ArrayLike` is the one type hint of
+array arguments across the library.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 import torch
 
+#: What an array argument of the library accepts: a tensor (used as is: dtype, device and autograd
+#: are kept), a NumPy array (float64 stays float64), or (nested) sequences of python numbers and a
+#: bare python number, converted with ``torch.as_tensor(np.asarray(x))``. Functions return tensors.
+ArrayLike: TypeAlias = torch.Tensor | np.ndarray | Sequence[Any] | float
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
+_T = TypeVar("_T")
 
-def as_float_tensor(x: Any, name: str) -> torch.Tensor:
+
+def as_float_tensor(x: ArrayLike, name: str) -> torch.Tensor:
     """Return ``x`` as a floating tensor (NumPy arrays and lists accepted; float64 kept)."""
     if isinstance(x, torch.Tensor):
         t = x
@@ -47,7 +55,7 @@ def check_finite(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} NaN or infinite value(s); all entries must be finite")
 
 
-def check_logits(logits: Any, name: str = "logits", min_classes: int = 2) -> torch.Tensor:
+def check_logits(logits: ArrayLike, name: str = "logits", min_classes: int = 2) -> torch.Tensor:
     """Logits of shape ``(..., K)``: finite, floating, at least ``min_classes`` classes."""
     t = as_float_tensor(logits, name)
     check_nonempty(t, name)
@@ -58,9 +66,13 @@ def check_logits(logits: Any, name: str = "logits", min_classes: int = 2) -> tor
     return t
 
 
-def check_probs(probs: Any, name: str = "probs", atol: float | None = None,
-                min_classes: int = 2) -> torch.Tensor:
-    """Probabilities of shape ``(..., K)``: in [0, 1] and rows summing to 1 within ``atol``."""
+def check_probs(probs: ArrayLike, name: str = "probs", atol: float | None = None,
+                min_classes: int = 2, *, hint: str = "pass logits= for unnormalised scores") -> torch.Tensor:
+    """Probabilities of shape ``(..., K)``: in [0, 1] and rows summing to 1 within ``atol``.
+
+    ``hint`` ends the message for values outside [0, 1] or rows that do not sum to 1 (what to call
+    instead with unnormalised scores); an empty ``hint`` adds nothing.
+    """
     t = as_float_tensor(probs, name)
     check_nonempty(t, name)
     if t.shape[-1] < min_classes:
@@ -69,18 +81,18 @@ def check_probs(probs: Any, name: str = "probs", atol: float | None = None,
     check_finite(t, name)
     lo, hi = (float(v) for v in torch.aminmax(t.detach()))
     if lo < 0 or hi > 1:
-        raise ValueError(f"{name} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]. "
-                         f"Pass logits= for unnormalised scores")
+        raise ValueError(f"{name} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]"
+                         + (f". {hint[:1].upper()}{hint[1:]}" if hint else ""))
     if atol is None:
         atol = 1e-4 if t.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
     err = (t.sum(-1) - 1).abs().max()
     if float(err) > atol:
         raise ValueError(f"rows of {name} must sum to 1 (max deviation {float(err):.3g} > {atol:g}); "
-                         f"normalise them or pass logits= instead")
+                         f"normalise them" + (f", or {hint}" if hint else ""))
     return t
 
 
-def check_unit_interval(x: Any, name: str, open_left: bool = False, open_right: bool = False) -> torch.Tensor:
+def check_unit_interval(x: ArrayLike, name: str, open_left: bool = False, open_right: bool = False) -> torch.Tensor:
     t = as_float_tensor(x, name)
     check_finite(t, name)
     lo_bad = (t <= 0) if open_left else (t < 0)
@@ -92,7 +104,7 @@ def check_unit_interval(x: Any, name: str, open_left: bool = False, open_right: 
     return t
 
 
-def check_labels(labels: Any, n_classes: int | None = None, n_samples: int | None = None,
+def check_labels(labels: ArrayLike, n_classes: int | None = None, n_samples: int | None = None,
                  name: str = "labels") -> torch.Tensor:
     """Integer class labels of shape ``(N,)`` with values in ``[0, n_classes)``."""
     if isinstance(labels, torch.Tensor):
@@ -122,7 +134,7 @@ def check_labels(labels: Any, n_classes: int | None = None, n_samples: int | Non
     return t
 
 
-def check_gamma(gamma: Any, name: str = "gamma", minimum: float = -1.0,
+def check_gamma(gamma: float | torch.Tensor, name: str = "gamma", minimum: float = -1.0,
                 maximum: float | None = None) -> float:
     """A scalar focusing parameter ``gamma >= minimum`` (the focal map needs ``gamma >= -1``)."""
     if isinstance(gamma, torch.Tensor):
@@ -142,7 +154,7 @@ def check_gamma(gamma: Any, name: str = "gamma", minimum: float = -1.0,
     return g
 
 
-def check_positive(x: Any, name: str) -> float:
+def check_positive(x: float, name: str) -> float:
     try:
         v = float(x)
     except (TypeError, ValueError) as err:
@@ -152,7 +164,7 @@ def check_positive(x: Any, name: str) -> float:
     return v
 
 
-def check_int(x: Any, name: str, minimum: int = 1) -> int:
+def check_int(x: int, name: str, minimum: int = 1) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {x!r}")
     if x < minimum:
@@ -160,7 +172,7 @@ def check_int(x: Any, name: str, minimum: int = 1) -> int:
     return int(x)
 
 
-def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
+def check_choice(value: _T, name: str, choices: Iterable[_T]) -> _T:
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
