@@ -31,3 +31,37 @@ def test_functions_are_short(path):
 def test_the_layout_checks_see_the_library():
     names = {p.relative_to(SRC).as_posix() for p in MODULES}
     assert {"maps.py", "posthoc.py", "lab/__init__.py"} <= names
+
+
+def _readme_layout() -> dict[str, str]:
+    """The README's layout table: first-column path -> the row's text."""
+    text = (SRC.parents[1] / "README.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            first, rest = line[2:].split(" | ", 1)
+            for path in first.replace("`", "").split(", "):
+                rows[path.strip()] = rest
+    return rows
+
+
+def test_readme_layout_paths_exist():
+    root = SRC.parents[1]
+    rows = _readme_layout()
+    assert len(rows) >= 8
+    missing = [p for p in rows if not (root / p).exists()]
+    assert not missing, f"README layout names paths that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("folder", ["src/focalcal/", "src/focalcal/lab/", "src/focalcal/losses/",
+                                    "book/_lib/focalcal_book/"])
+def test_readme_layout_lists_every_module(folder):
+    root = SRC.parents[1]
+    row = _readme_layout()[folder]
+    children = [p for p in (root / folder).iterdir()
+                if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").exists()
+                                                          or p.name == "templates")]
+    unlisted = [p.name for p in children if f"`{p.stem}`" not in row and f"`{p.name}`" not in row
+                and f"`{p.stem}/`" not in row]
+    assert not unlisted, f"README layout row {folder} does not mention {unlisted}"

@@ -1,0 +1,184 @@
+"""The library as a user installs it: a wheel, no extras, a fresh venv, outside the checkout.
+
+The fresh venv sees exactly the distributions the wheel declares (numpy, scipy, torch and what
+they need), linked from this project's `.venv` so that nothing is downloaded or copied: a missing
+declaration or an import of an undeclared package (pandas, matplotlib, sympy, ...) fails here.
+A second venv installs the oldest torch that pyproject.toml admits and runs the library's tests.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "_build" / "test" / "packaging"
+
+
+def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def _fresh_venv(path: Path) -> Path:
+    if path.exists():
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+    venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    return path / "bin" / "python"
+
+
+def _site_packages(python: Path) -> Path:
+    out = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout
+    return Path(out.strip())
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Names of the installed distributions that `requirements` need (markers and extras applied)."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        key = (req.name.lower().replace("_", "-"), frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        for sub in md.distribution(req.name).requires or []:
+            r = Requirement(sub)
+            if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+                todo.append(r)
+    return {name for name, _ in seen}
+
+
+def _link_distributions(names: set[str], target: Path) -> None:
+    """Symlink every top-level file and folder of `names` (from this .venv) into `target`."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        dist = md.distribution(name)
+        base = Path(dist.locate_file(""))
+        for f in dist.files or []:
+            top = f.parts[0]
+            if top in ("..", "__pycache__") or top.endswith(".pth"):
+                continue
+            link = target / top
+            if not link.exists():
+                link.symlink_to(base / top)
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    out = BUILD / "wheel"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", out, ROOT])
+    (path,) = out.glob("focalcal-*.whl")
+    return path
+
+
+def _core_requirements(wheel: Path) -> list[str]:
+    """The wheel's Requires-Dist without an extra marker."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    reqs = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    return [r for r in reqs if Requirement(r).marker is None]
+
+
+def test_wheel_holds_the_library_and_lab_not_the_book(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "focalcal/maps.py" in names or "focalcal/maps/__init__.py" in names
+    assert "focalcal/lab/templates/train_classifier.md" in names
+    assert "focalcal/lab/templates/posthoc_calibration.md" in names
+    assert not [n for n in names if n.startswith("focalcal_book") or re.search(r"/(verify|theory)\.py$", n)]
+    core = sorted(Requirement(r).name for r in _core_requirements(wheel))
+    assert core == ["numpy", "scipy", "torch"], core
+
+
+@pytest.fixture(scope="module")
+def bare_python(wheel) -> Path:
+    """A fresh venv with the wheel installed and only its declared dependencies importable."""
+    python = _fresh_venv(BUILD / "venv-bare")
+    # ensurepip's own setuptools would shadow the one torch declares
+    _run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools"])
+    deps = BUILD / "deps-bare"
+    subprocess.run(["rm", "-rf", str(deps)], check=True)
+    _link_distributions(_closure(_core_requirements(wheel)), deps)
+    (_site_packages(python) / "focalcal-deps.pth").write_text(f"{deps}\n")
+    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel])
+    _run([python, "-m", "pip", "check"])
+    return python
+
+
+def _readme_library_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- library-snippet -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README.md must mark its library snippet with <!-- library-snippet -->"
+    return m.group(1)
+
+
+def test_readme_snippet_runs_from_the_wheel_outside_the_checkout(bare_python, tmp_path):
+    script = tmp_path / "snippet.py"
+    script.write_text(_readme_library_snippet() + "\nimport focalcal\nprint('FROM', focalcal.__file__)\n")
+    out = _run([bare_python, script], cwd=tmp_path).stdout
+    where = Path(out.split("FROM", 1)[1].strip())
+    assert ROOT / "src" not in where.parents, f"focalcal was imported from the checkout: {where}"
+    assert "site-packages" in where.parts
+
+
+def test_bare_install_has_no_extras(bare_python, tmp_path):
+    probe = ("import importlib.util as u; "
+             "print([m for m in ('pandas', 'matplotlib', 'papermill', 'sympy', 'mpmath', 'jupytext', "
+             "'submitit', 'torchvision', 'focalcal_book') if u.find_spec(m)])")
+    # sympy and mpmath come with torch itself: the library must not need them, but they may be present
+    present = set(eval(_run([bare_python, "-c", probe], cwd=tmp_path).stdout))
+    assert present <= {"sympy", "mpmath"}, present
+
+
+def test_lab_without_its_extra_names_the_install_command(bare_python, tmp_path):
+    proc = subprocess.run([str(bare_python), "-c", "import focalcal.lab"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError") and 'pip install "focalcal[lab]"' in last, last
+
+
+# --------------------------------------------------------------------------------------------
+# the oldest torch pyproject.toml admits
+# --------------------------------------------------------------------------------------------
+
+def _oldest_torch(wheel: Path) -> str:
+    (spec,) = [r for r in _core_requirements(wheel) if Requirement(r).name == "torch"]
+    lower = [s.version for s in Requirement(spec).specifier if s.operator == ">="]
+    assert lower, f"torch must have a lower bound in pyproject.toml, got {spec!r}"
+    return lower[0] + ".0" if lower[0].count(".") == 1 else lower[0]
+
+
+LIBRARY_TESTS = ("test_maps.py", "test_losses.py")
+
+
+def test_library_tests_pass_on_the_oldest_torch(wheel):
+    version = _oldest_torch(wheel)
+    home = BUILD / f"venv-torch-{version}"
+    python = home / "bin" / "python"
+    stamp = home / ".torch-installed"
+    if not stamp.exists():
+        _fresh_venv(home)
+        pins = [f"{n}=={md.version(n)}" for n in ("numpy", "scipy", "pytest", "hypothesis", "mpmath")]
+        _run([python, "-m", "pip", "install", "--quiet", f"torch=={version}", *pins], timeout=1800)
+        stamp.touch()
+    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel])
+    probe = "import focalcal, torch; print(torch.__version__, focalcal.__file__)"
+    got, where = _run([python, "-c", probe], cwd=BUILD).stdout.split()
+    assert got.split("+")[0] == version and ROOT / "src" not in Path(where).parents, (got, where)
+    # the library's own tests against the installed wheel; the book's oracles come from book/_lib
+    env_path = f"PYTHONPATH={ROOT / 'book' / '_lib'}"
+    proc = _run(["env", env_path, python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "-c", ROOT / "pyproject.toml", "--rootdir", ROOT,
+                 *[ROOT / "tests" / t for t in LIBRARY_TESTS]], cwd=BUILD, timeout=1800)
+    assert re.search(r"\d+ passed", proc.stdout), proc.stdout[-2000:]
