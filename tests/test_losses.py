@@ -20,6 +20,10 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from focalcal import losses as L
+from focalcal import metrics as M
+from focalcal import scores
+from focalcal.losses import _core
+from focalcal.metrics.kernel import BANDWIDTH_GRID
 from focalcal_book import selective as S
 
 
@@ -282,7 +286,7 @@ def test_epoch_scheduled_focal():
     assert short.milestones == (10, 25)
     with pytest.raises(ValueError, match="epoch"):
         m.set_epoch(-1)
-    with pytest.raises(ValueError, match="one entry more"):
+    with pytest.raises(ValueError, match="gammas must have one entry more"):
         L.ScheduledFocalLoss(gammas=(5.0, 3.0), milestones=(1, 2))
     with pytest.raises(ValueError, match="milestones"):
         L.ScheduledFocalLoss(milestones=(250, 100))
@@ -391,6 +395,22 @@ def test_adafocal_update_rule():
     torch.testing.assert_close(m2(x, t), L.adafocal_loss(x, t, m.bin_edges, m.gammas))
 
 
+def test_adafocal_update_uses_the_metrics_equal_mass_bins():
+    """AdaFocal's validation bins are focalcal.metrics' equal-mass bins (ties share a bin),
+    including ignored targets and more bins than the data fill."""
+    val = torch.randn(103, 3, generator=gen(31), dtype=torch.float64).round()  # many tied confidences
+    lab = torch.randint(0, 3, (103,), generator=gen(32))
+    for n_bins in (4, 150):
+        m = L.AdaFocalLoss(n_bins=n_bins)
+        lab_ign = lab.clone()
+        lab_ign[::10] = -100
+        gap = m.update(val, lab_ign)
+        keep = lab_ign != -100
+        rd = M.reliability_data(lab[keep], logits=val[keep], n_bins=n_bins, binning="mass")
+        torch.testing.assert_close(m.bin_edges, rd.edges)
+        torch.testing.assert_close(gap, torch.where(rd.counts > 0, rd.gap, torch.zeros_like(rd.gap)))
+
+
 def test_adafocal_defaults_and_errors():
     m = L.make_loss("adafocal")
     assert m.n_bins == 15 and m.gamma_min == -20.0 and float(m.gammas[0]) == 1.0
@@ -398,7 +418,7 @@ def test_adafocal_defaults_and_errors():
     x, t = rand_batch(30, 3)
     torch.testing.assert_close(m(x, t), L.focal_loss(x, t, 1.0))  # gamma_initial everywhere
     for kw in ({"gamma_initial": 0.1}, {"gamma_min": 1.0}, {"n_bins": 0}, {"switch_pt": 0.0}, {"lamda": -1.0}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=next(iter(kw))):
             L.AdaFocalLoss(**kw)
     with pytest.raises(ValueError, match="bin_edges"):
         L.adafocal_loss(x, t, torch.tensor([0.0, 1.0]), torch.tensor([1.0, 2.0]))
@@ -438,7 +458,7 @@ def test_label_smoothing_matches_formula_and_torch_convention():
 @pytest.mark.parametrize("weighted", [True, False])
 def test_mmce_matches_double_loop(weighted):
     x, t = rand_batch(25, 4, seed=41, scale=1.5)
-    assert float(L.mmce(x, t, weighted=weighted)) == pytest.approx(slow_mmce(x, t, weighted), rel=1e-10)
+    assert float(M.mmce(x, t, weighted=weighted)) == pytest.approx(slow_mmce(x, t, weighted), rel=1e-10)
     lam = 2.0
     out = L.mmce_loss(x, t, lam, weighted=weighted, reduction="none")
     torch.testing.assert_close(out, F.cross_entropy(x, t, reduction="none") + lam * slow_mmce(x, t, weighted))
@@ -449,8 +469,8 @@ def test_mmce_matches_double_loop(weighted):
 def test_weighted_mmce_is_zero_when_a_group_is_empty():
     x = torch.tensor([[3.0, 0.0], [0.0, 2.0], [1.0, 0.5]], dtype=torch.float64)
     t = x.argmax(1)  # all correct
-    assert float(L.mmce(x, t, weighted=True)) == 0.0
-    assert float(L.mmce(x, t, weighted=False)) > 0.0
+    assert float(M.mmce(x, t, weighted=True)) == 0.0
+    assert float(M.mmce(x, t, weighted=False)) > 0.0
 
 
 @pytest.mark.parametrize("mode", ["canonical", "top_label"])
@@ -458,7 +478,7 @@ def test_weighted_mmce_is_zero_when_a_group_is_empty():
 def test_ece_kde_matches_scipy_densities(mode, p_norm):
     x, t = rand_batch(18, 3, seed=43, scale=1.0)
     h = 0.2
-    assert float(L.ece_kde(x, t, bandwidth=h, p=p_norm, mode=mode)) == pytest.approx(
+    assert float(M.ece_kde(x, t, bandwidth=h, p=p_norm, mode=mode)) == pytest.approx(
         slow_ece_kde(x, t, h, p_norm, mode), rel=1e-8)
     lam = 0.3
     out = L.kde_xe_loss(x, t, lam, bandwidth=h, p=p_norm, mode=mode, reduction="none")
@@ -473,39 +493,48 @@ def test_kde_bandwidth_maximises_leave_one_out_likelihood():
     def loo(h):
         return sum(np.log(np.mean([stats.dirichlet(pr[i] / h + 1).pdf(pr[j]) for i in range(15) if i != j]))
                    for j in range(15))
-    assert L.kde_bandwidth(x, grid=grid) == grid[int(np.argmax([loo(h) for h in grid]))]
-    assert L.kde_bandwidth(x) in L._BANDWIDTH_GRID
+    assert M.kde_bandwidth(x, grid=grid) == grid[int(np.argmax([loo(h) for h in grid]))]
+    assert M.kde_bandwidth(x) in BANDWIDTH_GRID
     t = torch.randint(0, 3, (15,), generator=gen(1))
-    torch.testing.assert_close(L.kde_xe_loss(x, t), L.kde_xe_loss(x, t, bandwidth=L.kde_bandwidth(x)))
+    torch.testing.assert_close(L.kde_xe_loss(x, t), L.kde_xe_loss(x, t, bandwidth=M.kde_bandwidth(x)))
 
 
 # --------------------------------------------------------------------------------------------
 # AURC and the selective-risk loss
 # --------------------------------------------------------------------------------------------
 
-def test_confidence_scores():
+def test_confidence_scores_are_the_metrics_scores():
+    """One module of confidence scores: the losses' differentiable scores are the metrics' scores,
+    all three in [0, 1] (the negative entropy rescaled from [-log K, 0])."""
     x, _ = rand_batch(30, 5, seed=53)
     p = probs(x)
     logp = F.log_softmax(x, 1)
     top2 = p.topk(2, 1).values
-    torch.testing.assert_close(L.confidence_scores(logp, "msp"), p.max(1).values)
-    torch.testing.assert_close(L.confidence_scores(logp, "margin"), top2[:, 0] - top2[:, 1])
-    torch.testing.assert_close(L.confidence_scores(logp, "neg_entropy"), 1 + (p * p.log()).sum(1) / math.log(5))
+    torch.testing.assert_close(scores.from_log_probs(logp, "msp"), p.max(1).values)
+    torch.testing.assert_close(scores.from_log_probs(logp, "margin"), top2[:, 0] - top2[:, 1])
+    torch.testing.assert_close(scores.from_log_probs(logp, "neg_entropy"), 1 + (p * p.log()).sum(1) / math.log(5))
+    for score in L.SCORES:
+        torch.testing.assert_close(scores.from_log_probs(logp, score), M.confidence_score(logits=x, score=score))
+        # the AURC loss ranks by the same key as metrics.aurc
+        torch.testing.assert_close(scores.ranking_key(logp, score).argsort(),
+                                   scores.from_log_probs(logp, score).argsort())
+    with pytest.raises(ValueError, match="score"):
+        scores.from_log_probs(logp, "energy")
 
 
-@pytest.mark.parametrize("csf", L.CSFS)
-def test_aurc_loss_is_the_empirical_aurc_of_the_cross_entropy(csf):
+@pytest.mark.parametrize("score", L.SCORES)
+def test_aurc_loss_is_the_empirical_aurc_of_the_cross_entropy(score):
     x, t = rand_batch(40, 5, seed=59)
     ce = F.cross_entropy(x, t, reduction="none")
-    g = L.confidence_scores(F.log_softmax(x, 1), csf)
+    g = scores.from_log_probs(F.log_softmax(x, 1), score)
     order = torch.argsort(g, descending=True)
     # (1/N) sum_k (mean CE of the k most confident): the area under the risk-coverage curve
     aurc = sum(float(ce[order[:k]].mean()) for k in range(1, 41)) / 40
-    assert float(L.aurc_loss(x, t, csf=csf)) == pytest.approx(aurc, rel=1e-12)
+    assert float(L.aurc_loss(x, t, score=score)) == pytest.approx(aurc, rel=1e-12)
     # the 'log' weights -ln(1 - r/(N+1)) for ascending rank r
     rank = torch.empty(40, dtype=torch.float64)
     rank[torch.argsort(g)] = torch.arange(1, 41, dtype=torch.float64)
-    torch.testing.assert_close(L.aurc_loss(x, t, csf=csf, weights="log", reduction="none"),
+    torch.testing.assert_close(L.aurc_loss(x, t, score=score, weights="log", reduction="none"),
                                -torch.log(1 - rank / 41) * ce)
 
 
@@ -564,10 +593,10 @@ def test_selective_weights_direct_double_sum_small():
 
 def test_selective_risk_loss_is_weighted_cross_entropy_without_sorting(monkeypatch):
     x, t = rand_batch(80, 6, seed=73)
-    for csf in L.CSFS:
+    for score in L.SCORES:
         logp = F.log_softmax(x, 1)
-        beta = L.selective_risk_weights(L.confidence_scores(logp, csf), coverage=0.7, nu=0.05, n_bins=32)
-        out = L.selective_risk_loss(x, t, csf=csf, coverage=0.7, nu=0.05, n_bins=32, reduction="none")
+        beta = L.selective_risk_weights(scores.from_log_probs(logp, score), coverage=0.7, nu=0.05, n_bins=32)
+        out = L.selective_risk_loss(x, t, score=score, coverage=0.7, nu=0.05, n_bins=32, reduction="none")
         torch.testing.assert_close(out, beta * F.cross_entropy(x, t, reduction="none"))
 
     def no_sort(*a, **k):
@@ -576,7 +605,7 @@ def test_selective_risk_loss_is_weighted_cross_entropy_without_sorting(monkeypat
         monkeypatch.setattr(torch, name, no_sort)
         monkeypatch.setattr(torch.Tensor, name, no_sort)
     xx = x.clone().requires_grad_()
-    L.selective_risk_loss(xx, t, csf="msp").backward()
+    L.selective_risk_loss(xx, t, score="msp").backward()
     assert torch.isfinite(xx.grad).all()
 
 
@@ -609,8 +638,8 @@ GRADCHECK = {
     "kde_top_label": lambda x, t: L.kde_xe_loss(x, t, 0.5, bandwidth=0.1, mode="top_label", p=2.0),
     "aurc": L.aurc_loss,
     "selective_msp": lambda x, t: L.selective_risk_loss(x, t, threshold=0.6, nu=0.1, n_bins=8),
-    "selective_entropy": lambda x, t: L.selective_risk_loss(x, t, csf="neg_entropy", threshold=0.3, nu=0.1, n_bins=8),
-    "selective_margin": lambda x, t: L.selective_risk_loss(x, t, csf="margin", threshold=0.4, nu=0.1, n_bins=8),
+    "selective_entropy": lambda x, t: L.selective_risk_loss(x, t, score="neg_entropy", threshold=0.3, nu=0.1, n_bins=8),
+    "selective_margin": lambda x, t: L.selective_risk_loss(x, t, score="margin", threshold=0.4, nu=0.1, n_bins=8),
 }
 
 
@@ -619,6 +648,72 @@ def test_gradcheck_float64(name):
     x, t = rand_batch(12, 4, seed=83, scale=1.5)
     x.requires_grad_()
     assert torch.autograd.gradcheck(lambda a: GRADCHECK[name](a, t), (x,), eps=1e-6, atol=1e-7)
+
+
+FUSED = {
+    "focal": lambda x, t: L.focal_loss(x, t, 2.0),
+    "focal_none": lambda x, t: L.focal_loss(x, t, 0.5, reduction="none").sum(),
+    "inverse_focal": lambda x, t: L.inverse_focal_loss(x, t, 2.5),
+    "flsd53": lambda x, t: L.flsd_loss(x, t, 3.0),
+    "dual_paper": lambda x, t: L.dual_focal_loss(x, t, 2.0),
+    "dual_released": lambda x, t: L.dual_focal_loss(x, t, 0.7, variant="released"),
+}
+
+
+def _fused_grads(x, t):
+    out = {}
+    for name, fn in FUSED.items():
+        xx = x.clone().requires_grad_()
+        fn(xx, t).backward()
+        out[name] = xx.grad
+    return out
+
+
+def test_fused_backward_private_kernel_and_public_formula_agree(monkeypatch):
+    """The fused backward runs torch's private log_softmax kernel when it works and the public
+    formula g - exp(log p) rowsum(g) otherwise; both give autograd's gradient (gradcheck)."""
+    x, t = rand_batch(12, 4, seed=83, scale=1.5)
+    calls = []
+    private = torch._log_softmax_backward_data
+
+    def spy(*args):
+        calls.append(1)
+        return private(*args)
+
+    monkeypatch.setattr(torch, "_log_softmax_backward_data", spy)
+    monkeypatch.setattr(_core, "USE_PRIVATE_LOG_SOFTMAX_BACKWARD", True)
+    with_kernel = _fused_grads(x, t)
+    assert len(calls) == len(FUSED)
+    monkeypatch.setattr(_core, "USE_PRIVATE_LOG_SOFTMAX_BACKWARD", False)
+    public = _fused_grads(x, t)
+    assert len(calls) == len(FUSED)  # the public path does not call the kernel
+    for name in FUSED:
+        torch.testing.assert_close(public[name], with_kernel[name], rtol=1e-12, atol=1e-14)
+        xx = x.clone().requires_grad_()
+        assert torch.autograd.gradcheck(lambda a: FUSED[name](a, t), (xx,), eps=1e-6, atol=1e-7), name
+    # against plain autograd through the direct formula
+    xx = x.clone().requires_grad_()
+    slow_focal(xx, t, 2.0).mean().backward()
+    torch.testing.assert_close(public["focal"], xx.grad)
+
+
+@pytest.mark.parametrize("broken", ["missing", "other_signature"])
+def test_fused_backward_falls_back_when_the_private_kernel_fails(monkeypatch, broken):
+    x, t = rand_batch(12, 4, seed=83, scale=1.5)
+    monkeypatch.setattr(_core, "USE_PRIVATE_LOG_SOFTMAX_BACKWARD", False)
+    want = _fused_grads(x, t)
+    monkeypatch.setattr(_core, "USE_PRIVATE_LOG_SOFTMAX_BACKWARD", True)
+    if broken == "missing":
+        monkeypatch.delattr(torch, "_log_softmax_backward_data")
+    else:
+        def old_signature(grad_output, output, dim, self):  # e.g. torch 1.10 took the input tensor
+            if not isinstance(self, torch.Tensor):
+                raise TypeError("_log_softmax_backward_data(): argument 'self' must be Tensor")
+        monkeypatch.setattr(torch, "_log_softmax_backward_data", old_signature)
+    got = _fused_grads(x, t)
+    assert _core.USE_PRIVATE_LOG_SOFTMAX_BACKWARD is False  # switched once, for good
+    for name in FUSED:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -799,7 +894,7 @@ def test_registry_names_and_factories():
         assert isinstance(m, torch.nn.Module)
         if name != "hessian_trace":
             assert torch.isfinite(m(x, t))
-    with pytest.raises(ValueError, match="valid names: ce, focal"):
+    with pytest.raises(ValueError, match="name must be one of the registered losses, got 'focall'; valid names: ce, focal"):
         L.make_loss("focall")
     with pytest.raises(ValueError, match="valid parameters: gamma, reduction, ignore_index"):
         L.make_loss("focal", gama=2.0)
@@ -825,11 +920,11 @@ def test_bad_input_raises_value_error(fn):
         fn(x, t[:5])
     with pytest.raises(ValueError, match=r"target must lie in \[0, 2\]"):
         fn(x, torch.tensor([0, 1, 2, 3, 0, 1]))
-    with pytest.raises(ValueError, match="integer class indices"):
+    with pytest.raises(ValueError, match="target must hold integer class indices"):
         fn(x, t.double())
-    with pytest.raises(ValueError, match="at least 2 classes"):
+    with pytest.raises(ValueError, match="logits must have at least 2 classes"):
         fn(x[:, :1], t * 0)
-    with pytest.raises(ValueError, match="floating"):
+    with pytest.raises(ValueError, match="logits must be a floating"):
         fn(x.long(), t)
     with pytest.raises(ValueError, match="ignore_index"):
         fn(x, t, ignore_index=1.5)
@@ -852,8 +947,12 @@ def test_bad_parameters_raise_value_error():
     for sched in ([], [(0.5, 2.0), (0.2, 1.0)], [(0.2, 5.0), (0.9, 3.0)], [(0.2, -1.0), (1.0, 2.0)], [1, 2]):
         with pytest.raises(ValueError, match="schedule"):
             L.sample_dependent_focal_loss(x, t, sched)
-    with pytest.raises(ValueError, match="csf"):
-        L.aurc_loss(x, t, csf="energy")
+    with pytest.raises(ValueError, match="score"):
+        L.aurc_loss(x, t, score="energy")
+    with pytest.raises(ValueError, match="ties"):
+        L.aurc_loss(x, t, weights="log", ties="threshold")
+    with pytest.raises(ValueError, match="scores must lie in"):
+        L.selective_risk_weights(torch.tensor([0.2, 1.5]))
     with pytest.raises(ValueError, match="coverage"):
         L.selective_risk_loss(x, t, coverage=0.0)
     with pytest.raises(ValueError, match="nu"):
@@ -864,14 +963,14 @@ def test_bad_parameters_raise_value_error():
         L.kde_xe_loss(x, t, bandwidth=-1.0)
     with pytest.raises(ValueError, match="bandwidth"):
         L.kde_xe_loss(x, t, bandwidth="scott")
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(ValueError, match="logits must hold at least 2"):
         L.kde_xe_loss(x[:1], t[:1], bandwidth=0.1)
     with pytest.raises(ValueError, match="lamda"):
         L.mmce_loss(x, t, -1.0)
     with pytest.raises(ValueError, match="mode"):
-        L.ece_kde(x, t, bandwidth=0.1, mode="marginal")
-    with pytest.raises(ValueError, match="p must"):
-        L.ece_kde(x, t, bandwidth=0.1, p=0.5)
+        M.ece_kde(x, t, bandwidth=0.1, mode="marginal")
+    with pytest.raises(ValueError, match="p must be"):
+        M.ece_kde(x, t, bandwidth=0.1, p=0.5)
     with pytest.raises(ValueError, match="kernel_width"):
         L.MMCELoss(kernel_width=0.0)
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 
-
-
 import numpy as np
 import pytest
 import torch
@@ -24,6 +22,9 @@ from torchmetrics.functional.classification import multiclass_calibration_error
 
 from focalcal import metrics as M
 from focalcal.lab.data import published_logits
+from focalcal.metrics import batched as B
+from focalcal.metrics._inputs import top_label
+from focalcal.metrics.binned import _bin_index, _mass_index, _width_index
 
 HYP = settings(max_examples=40, deadline=None)
 
@@ -117,7 +118,7 @@ def test_zero_and_one_confidence_are_counted():
     # conf 0 goes into the first bin (0, 1/2] with 0.5; conf 1 into the last bin
     ce = M.calibration_error(torch.tensor([0.0, 0.5, 1.0]), torch.tensor([1.0, 0.0, 1.0]), n_bins=2)
     assert float(ce) == pytest.approx(2 / 3 * 0.25)
-    rd_counts = torch.bincount(M._width_index(torch.tensor([0.0, 0.5, 1.0]), 2), minlength=2)
+    rd_counts = torch.bincount(_width_index(torch.tensor([0.0, 0.5, 1.0]), 2), minlength=2)
     assert rd_counts.tolist() == [2, 1]
 
 
@@ -133,8 +134,8 @@ def test_fewer_samples_than_bins():
 def test_mass_bins_keep_ties_together():
     # three tied confidences and one larger: the tie group takes the bin of its last position
     conf = torch.tensor([0.5, 0.5, 0.5, 0.9], dtype=torch.float64)
-    assert M._mass_index(conf, 2).tolist() == [1, 1, 1, 1]
-    assert M._mass_index(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]), 2).tolist() == [0, 0, 0, 1, 1]
+    assert _mass_index(conf, 2).tolist() == [1, 1, 1, 1]
+    assert _mass_index(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]), 2).tolist() == [0, 0, 0, 1, 1]
     correct = torch.tensor([1.0, 0.0, 1.0, 1.0])
     assert float(M.calibration_error(conf, correct, n_bins=2, binning="mass")) == pytest.approx(
         abs(conf.mean() - correct.mean()))
@@ -142,7 +143,7 @@ def test_mass_bins_keep_ties_together():
 
 def test_mass_bins_sizes_differ_by_at_most_one():
     for n, nb in [(10, 3), (10000, 15), (17, 15), (7, 7), (31, 4)]:
-        counts = torch.bincount(M._mass_index(torch.rand(n, dtype=torch.float64), nb), minlength=nb)
+        counts = torch.bincount(_mass_index(torch.rand(n, dtype=torch.float64), nb), minlength=nb)
         assert counts.sum() == n and counts.max() - counts.min() <= 1
 
 
@@ -267,9 +268,9 @@ def test_float32_binned_exactly_as_float64():
     edges = (torch.arange(16, dtype=torch.float64) / 15).float()
     near = torch.cat([torch.nextafter(edges, torch.zeros_like(edges)), edges,
                       torch.nextafter(edges, torch.ones_like(edges))]).clamp(0, 1)
-    assert torch.equal(M._width_index(near, 15), M._width_index(near.double(), 15))
+    assert torch.equal(_width_index(near, 15), _width_index(near.double(), 15))
     exact = torch.tensor([loop_bin(float(v), 15) for v in near.double()])
-    assert torch.equal(M._width_index(near.double(), 15), exact)
+    assert torch.equal(_width_index(near.double(), 15), exact)
 
 
 def loop_bin(c, n_bins):
@@ -310,12 +311,17 @@ def test_batched_metrics_over_temperature_grid():
     logits, labels = random_task(n=600, k=4, seed=10)
     temps = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
     grid = logits / temps.view(-1, 1, 1)
-    for fn in (M.ece, M.classwise_ece, M.nll, M.brier, M.aurc, M.eaurc, M.accuracy):
-        got = fn(labels, logits=grid)
+    for name in ("ece", "classwise_ece", "nll", "brier", "aurc", "eaurc", "accuracy"):
+        batched, scalar = getattr(B, name), getattr(M, name)
+        got = batched(labels, logits=grid)
         assert isinstance(got, torch.Tensor) and got.shape == (3,)
         for t in range(3):
-            assert float(got[t]) == pytest.approx(fn(labels, logits=grid[t]), abs=1e-12), fn
-    assert M.classwise_ece(labels, logits=grid, binning="mass", norm="max")[1] == pytest.approx(
+            one = scalar(labels, logits=grid[t])
+            assert type(one) is float and float(got[t]) == pytest.approx(one, abs=1e-12), name
+            assert float(batched(labels, logits=grid[t])) == one
+        with pytest.raises(ValueError, match=f"focalcal.metrics.batched.{name}"):
+            scalar(labels, logits=grid)
+    assert float(B.classwise_ece(labels, logits=grid, binning="mass", norm="max")[1]) == pytest.approx(
         M.classwise_ece(labels, logits=logits, binning="mass", norm="max"))
 
 
@@ -387,8 +393,16 @@ def test_confidence_scores_against_direct():
     p = torch.softmax(logits, -1)
     top2 = p.topk(2, -1).values
     assert torch.allclose(M.confidence_score(logits=logits), p.max(-1).values, atol=1e-14)
+    # the negative entropy rescaled from [-log K, 0] to [0, 1]
     assert torch.allclose(M.confidence_score(probs=p, score="neg_entropy"),
-                          (p * p.log()).sum(-1), atol=1e-14)
+                          1 + (p * p.log()).sum(-1) / math.log(5), atol=1e-14)
+    for score in M.SCORES:
+        s = M.confidence_score(logits=logits, score=score)
+        assert float(s.min()) >= 0 and float(s.max()) <= 1
+    # the ends of the range: a uniform row and a one-hot row
+    ends = torch.tensor([[0.2] * 5, [1.0, 0, 0, 0, 0]], dtype=torch.float64)
+    assert M.confidence_score(probs=ends, score="neg_entropy").tolist() == pytest.approx([0.0, 1.0], abs=1e-15)
+    assert M.confidence_score(probs=ends, score="margin").tolist() == pytest.approx([0.0, 1.0], abs=1e-15)
     assert torch.allclose(M.confidence_score(logits=logits, score="margin"),
                           top2[:, 0] - top2[:, 1], atol=1e-14)
 
@@ -483,8 +497,8 @@ def test_reliability_data_consistent(real, binning):
     assert rd.counts.sum() == 10000 and rd.edges.shape == (16,)
     assert (rd.edges.diff() >= 0).all() and rd.edges[0] == 0 and rd.edges[-1] == 1
     assert rd.ece() == pytest.approx(M.ece(labels, logits=logits, binning=binning), abs=1e-12)
-    conf, _ = M._top_label(labels, None, logits)
-    b = M._bin_index(conf, 15, binning)
+    conf, _ = top_label(labels, None, logits)
+    b = _bin_index(conf, 15, binning)
     lo, hi = rd.edges[b], rd.edges[b + 1]
     if binning == "width":
         assert ((conf > lo) & (conf <= hi)).all()
@@ -501,30 +515,38 @@ def test_reliability_data_consistent(real, binning):
 def test_bad_inputs_raise():
     probs, labels = TINY_PROBS, TINY_LABELS
     cases = [
-        (lambda: M.ece(labels, probs=probs, logits=probs), "exactly one"),
-        (lambda: M.ece(labels), "exactly one"),
-        (lambda: M.ece(labels[:3], probs=probs), "shapes must match"),
+        (lambda: M.ece(labels, probs=probs, logits=probs), "exactly one of probs= or logits="),
+        (lambda: M.ece(labels), "exactly one of probs= or logits="),
+        (lambda: M.ece(labels[:3], probs=probs), "labels has 3 entries"),
         (lambda: M.ece(torch.tensor([0, 1, 2, 0]), probs=probs), "labels must lie"),
         (lambda: M.ece(torch.tensor([0, 1, -1, 0]), probs=probs), "labels must lie"),
-        (lambda: M.ece(torch.tensor([0.0, 1.5, 1.0, 0.0]), probs=probs), "non-integer"),
-        (lambda: M.ece(labels, logits=torch.tensor([[0.0, float("nan")]] * 4)), "NaN"),
-        (lambda: M.ece(labels, probs=probs * 0.9), "sum to 1"),
-        (lambda: M.ece(labels, probs=-probs), r"\[0, 1\]"),
-        (lambda: M.ece(torch.tensor([], dtype=torch.long), probs=torch.zeros(0, 2)), "empty"),
+        (lambda: M.ece(torch.tensor([0.0, 1.5, 1.0, 0.0]), probs=probs), "labels must be integer"),
+        (lambda: M.ece(labels, logits=torch.tensor([[0.0, float("nan")]] * 4)), "logits contains 4 NaN"),
+        (lambda: M.ece(labels, probs=probs * 0.9), "rows of probs must sum to 1"),
+        (lambda: M.ece(labels, probs=-probs), r"probs must lie in \[0, 1\]"),
+        (lambda: M.ece(torch.tensor([], dtype=torch.long), probs=torch.zeros(0, 2)), "probs is empty"),
         (lambda: M.ece(labels, probs=probs, binning="quantile"), "binning"),
         (lambda: M.ece(labels, probs=probs, norm="l3"), "norm"),
         (lambda: M.ece(labels, probs=probs, n_bins=0), "n_bins"),
-        (lambda: M.ece(torch.tensor([0]), probs=torch.tensor([0.3, 0.7])), "shape"),
+        (lambda: M.ece(torch.tensor([0]), probs=torch.tensor([0.3, 0.7])), r"probs must have shape \(\.\.\., N, K\)"),
         (lambda: M.classwise_ece(labels, probs=probs, norm="L1"), "norm"),
         (lambda: M.calibration_error(torch.tensor([0.5, 1.2]), torch.tensor([1, 0])), "confidences"),
         (lambda: M.calibration_error(torch.tensor([0.5, 0.2]), torch.tensor([1, 0, 1])), "correct"),
-        (lambda: M.calibration_error(torch.tensor([]), torch.tensor([])), "empty"),
+        (lambda: M.calibration_error(torch.tensor([]), torch.tensor([])), "confidences is empty"),
         (lambda: M.aurc(labels, probs=probs, score="entropy"), "score"),
+        (lambda: M.aurc(labels, probs=probs, ties="first"), "ties"),
         (lambda: M.eaurc(labels, probs=probs, optimum="best"), "optimum"),
         (lambda: M.accuracy(labels, probs=probs, top_k=3), "top_k"),
         (lambda: M.frac_confident(labels, probs=probs, threshold=1.0), "threshold"),
-        (lambda: M.kl_to_posterior(probs[:3], probs), "same N"),
-        (lambda: M.nll(labels, logits=torch.full((4, 2), float("inf"))), "infinite"),
+        (lambda: M.kl_to_posterior(probs[:3], probs), "true_probs and the model's scores"),
+        (lambda: M.nll(labels, logits=torch.full((4, 2), float("inf"))), "logits contains 8 NaN or infinite"),
+        (lambda: M.mmce(torch.zeros(4, 2), labels, kernel_width=0.0), "kernel_width"),
+        (lambda: M.mmce(torch.zeros(4), labels), "logits must have shape"),
+        (lambda: M.ece_kde(torch.zeros(1, 2), labels[:1], bandwidth=0.1), "logits must have at least 2 rows"),
+        (lambda: M.ece_kde(torch.zeros(4, 2), labels, bandwidth=0.1, mode="marginal"), "mode"),
+        (lambda: M.ece_kde(torch.zeros(4, 2), labels, bandwidth=0.1, p=0.5), "p must be"),
+        (lambda: M.ece_kde(torch.zeros(4, 2), labels, bandwidth="scott"), "bandwidth"),
+        (lambda: M.kde_bandwidth(torch.zeros(4, 2), grid=[0.1, -1.0]), "grid"),
     ]
     for fn, match in cases:
         with pytest.raises(ValueError, match=match):

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from focalcal import losses, metrics
+from focalcal import losses, metrics, scores
 from focalcal_book import selective as S
 
 
@@ -73,6 +73,26 @@ def test_aurc_equals_metrics_aurc_for_untied_scores():
         metrics.aurc(labels, logits=logits), rel=1e-12)
 
 
+def test_weights_are_the_library_aurc_weights_with_threshold_ties():
+    """The book's oracle and the library share one implementation of the AURC weights: tau=None
+    is focalcal.scores.aurc_weights(ties="threshold"), and metrics.aurc(ties="threshold") is the
+    threshold area on tied data, where it differs from the default tie rule (averaged orders)."""
+    probs = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.7, 0.3], [0.7, 0.3], [0.7, 0.3], [0.6, 0.4]],
+                         dtype=torch.float64)
+    labels = torch.tensor([0, 1, 1, 0, 1, 0])
+    err = (probs.argmax(-1) != labels).to(torch.float64)
+    key = probs.max(-1).values
+    torch.testing.assert_close(S.selective_weights(key), scores.aurc_weights(key, ties="threshold"))
+    area = float(S.selective_risk_area(err, key))
+    assert metrics.aurc(labels, probs=probs, ties="threshold") == pytest.approx(area, rel=1e-14)
+    assert metrics.aurc(labels, probs=probs) != pytest.approx(area, rel=1e-3)
+    # distinct scores: the three tie rules agree
+    s = torch.rand(50, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    w = [scores.aurc_weights(s, ties=t) for t in scores.TIES]
+    torch.testing.assert_close(w[0], w[1], rtol=1e-13, atol=0)
+    torch.testing.assert_close(w[0], w[2], rtol=1e-13, atol=0)
+
+
 def test_weights_are_monotone_and_constant_above_tau():
     g = torch.Generator().manual_seed(1)
     s = torch.rand(300, generator=g, dtype=torch.float64)
@@ -115,22 +135,24 @@ def test_empirical_cdf_hand_case():
     np.testing.assert_allclose(S.empirical_cdf(s, torch.tensor([0.0, 0.5, 1.0])).numpy(), [0, 0.75, 1])
 
 
-@pytest.mark.parametrize("bad", [
-    dict(scores=[0.1, 0.2], tau=0.05),
-    dict(scores=[0.1, 0.2], tau=float("nan")),
-    dict(scores=[0.1, float("nan")], tau=None),
-    dict(scores=[], tau=None),
+@pytest.mark.parametrize("bad, match", [
+    (dict(scores=[0.1, 0.2], tau=0.05), "tau=0.05 leaves no sample"),
+    (dict(scores=[0.1, 0.2], tau=float("nan")), "tau must be a number"),
+    (dict(scores=[0.1, float("nan")], tau=None), "scores contains 1 NaN"),
+    (dict(scores=[], tau=None), "scores is empty"),
 ])
-def test_selective_weights_reject_bad_input(bad):
-    with pytest.raises(ValueError):
+def test_selective_weights_reject_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
         S.selective_weights(bad["scores"], bad["tau"])
 
 
 def test_area_rejects_mismatched_losses():
     with pytest.raises(ValueError, match="losses"):
         S.selective_risk_area([0.0, 1.0, 1.0], [0.1, 0.2])
-    with pytest.raises(ValueError, match="at"):
+    with pytest.raises(ValueError, match="at must have the leading dims of scores"):
         S.empirical_cdf(torch.rand(2, 5), torch.rand(3, 5))
+    with pytest.raises(ValueError, match="at must have the leading dims of scores"):
+        S.smoothed_cdf(torch.rand(2, 5), torch.rand(3, 5))
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,8 +175,7 @@ def test_smoothed_cdf_limits_and_monotonicity():
     # nu -> inf: every sigmoid is 1/2
     assert float((S.smoothed_cdf(s, at, nu=1e9) - 0.5).abs().max()) < 1e-8
     # nu -> 0: whole bins counted once t passes their centre, so the error is at most the own bin
-    e = torch.linspace(0, 1, 11, dtype=torch.float64)
-    idx = (torch.bucketize(s, e, right=True) - 1).clamp(0, 9)
+    idx = (s * 10).floor().clamp(0, 9).long()  # the documented bin of a score: floor(s * n_bins)
     own = torch.bincount(idx, minlength=10)[idx].to(torch.float64) / 200
     err = (S.smoothed_cdf(s, nu=1e-9, n_bins=10) - S.empirical_cdf(s)).abs()
     assert bool((err <= own + 1e-12).all())
@@ -241,7 +262,7 @@ def test_calibrated_distribution_has_zero_errors():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(weights=[0.5, 0.6]), "weights"),
     (dict(rho=0.5), "rho"),
-    (dict(posteriors=[[0.5, 0.5]]), "shape"),
+    (dict(posteriors=[[0.5, 0.5]]), "probs and posteriors must both have shape"),
 ])
 def test_discrete_errors_reject_bad_input(kwargs, match):
     base = dict(weights=[0.5, 0.5], probs=[[0.6, 0.4], [0.1, 0.9]], posteriors=[[0.5, 0.5], [0.5, 0.5]], rho=1.0)

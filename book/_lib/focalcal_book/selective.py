@@ -5,8 +5,10 @@ computed *exactly*, not estimated: the AURC and the selective risk of the empiri
 finite sample (by sorting), and the calibration errors of a distribution with finitely many atoms.
 The training-time approximations that the papers propose live in :mod:`focalcal.losses`
 (the selective-risk weights, the Hutchinson trace estimator); this module gives the exact
-counterparts they are compared with, and :func:`smoothed_cdf`, the bin-based smoothed CDF of
-Zhou et al.'s eq. (15) on its own, so that its bias against :func:`empirical_cdf` can be measured.
+counterparts they are compared with, and :func:`smoothed_cdf`, the library's bin-based smoothed
+CDF of Zhou et al.'s eq. (15) (:func:`focalcal.scores.smoothed_cdf`) in float64, so that its bias
+against :func:`empirical_cdf` can be measured. The rank weights come from the library too
+(:func:`focalcal.scores.aurc_weights`, ``ties="threshold"``).
 
 Conventions
 -----------
@@ -23,7 +25,8 @@ from typing import Any
 
 import torch
 
-from focalcal._validation import as_float_tensor, check_finite, check_int, check_nonempty, check_positive, check_probs
+from focalcal import scores as scores_lib
+from focalcal._validation import as_float_tensor, check_finite, check_nonempty, check_probs
 
 __all__ = [
     "discrete_calibration_errors",
@@ -69,60 +72,20 @@ def empirical_cdf(scores: Any, at: Any = None) -> torch.Tensor:
 
 def smoothed_cdf(scores: Any, at: Any = None, *, nu: float = 0.1, n_bins: int = 64,
                  edges: Any = None) -> torch.Tensor:
-    """Bin-based smoothed CDF of Zhou et al. (2025), eqs. (13)-(15).
+    """The library's bin-based smoothed CDF (:func:`focalcal.scores.smoothed_cdf`) in float64.
 
-    ``G_nu(t) = (1/N) sum_k h_k sigmoid((t - c_k) / nu)`` with the counts ``h_k`` of the scores in
-    the bins ``[e_k, e_{k+1})`` (the last bin also holds ``e_K``) and the bin centres ``c_k``. It
-    replaces the indicator ``1[g_j <= t]`` of :func:`empirical_cdf` by a sigmoid step at the centre
-    of the bin of ``g_j``: as ``nu -> 0`` it becomes a step function at the centres (each bin
-    counted wholly once ``t`` passes its centre, half at the centre itself), as ``nu -> inf`` it
-    tends to 1/2 everywhere. Unclamped (the training loss of :mod:`focalcal.losses` clamps it to
-    ``[1/(N+1), N/(N+1)]``).
-
-    Parameters
-    ----------
-    scores : Tensor, shape (..., N)
-        The sample of confidence scores, inside ``[e_0, e_K]``.
-    at : Tensor, shape (..., M), optional
-        Evaluation points (default: the scores); leading dims as for ``scores``.
-    nu : float > 0
-        Smoothing of the sigmoid steps (in score units).
-    n_bins : int
-        Number of equal-width bins on [0, 1]; ignored when ``edges`` is given.
-    edges : Tensor, shape (K + 1,), optional
-        Strictly increasing bin edges.
+    ``G_nu(t) = (1/N) sum_k h_k sigmoid((t - c_k) / nu)`` (Zhou et al. 2025, eqs. 13-15), the
+    one the selective-risk loss uses, evaluated in float64 so that its bias against
+    :func:`empirical_cdf` can be measured; arguments as there.
 
     Returns
     -------
     Tensor, shape (..., M), float64
-        Values in (0, 1), non-decreasing in ``at``.
-
-    Notes
-    -----
-    ``O(M K)``: one ``bucketize``, one scatter for the counts and one ``(M, K) @ (K,)`` product.
     """
     s = _scores(scores).to(torch.float64)
-    t = s if at is None else _scores(at, "at").to(torch.float64)
-    if t.shape[:-1] != s.shape[:-1]:
-        raise ValueError(f"at must have the leading dims of scores {tuple(s.shape[:-1])}, "
-                         f"got shape {tuple(t.shape)}")
-    nu = check_positive(nu, "nu")
-    if edges is None:
-        n_bins = check_int(n_bins, "n_bins", minimum=1)
-        e = torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64)
-    else:
-        e = as_float_tensor(edges, "edges").to(torch.float64)
-        if e.dim() != 1 or e.numel() < 2 or not bool((e[1:] > e[:-1]).all()):
-            raise ValueError("edges must be a 1-d strictly increasing tensor with at least 2 entries")
-    if bool((s < e[0]).any()) or bool((s > e[-1]).any()):
-        raise ValueError(f"scores must lie inside the bin edges [{float(e[0]):g}, {float(e[-1]):g}]; "
-                         f"got values in [{float(s.min()):.4g}, {float(s.max()):.4g}]")
-    k = e.numel() - 1
-    idx = (torch.bucketize(s.contiguous(), e, right=True) - 1).clamp_(0, k - 1)
-    counts = torch.zeros(*s.shape[:-1], k, dtype=torch.float64).scatter_add_(-1, idx, torch.ones_like(s))
-    centres = 0.5 * (e[:-1] + e[1:])
-    sig = torch.sigmoid((t.unsqueeze(-1) - centres) / nu)
-    return (sig @ counts.unsqueeze(-1)).squeeze(-1) / s.shape[-1]
+    t = None if at is None else _scores(at, "at").to(torch.float64)
+    e = None if edges is None else as_float_tensor(edges, "edges").to(torch.float64)
+    return scores_lib.smoothed_cdf(s, t, nu=nu, n_bins=n_bins, edges=e)
 
 
 def _n_accepted(srt: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -164,29 +127,28 @@ def selective_weights(scores: Any, tau: float | None = None) -> torch.Tensor:
 
     Notes
     -----
-    ``O(N log N)``: one sort, two ``searchsorted`` and one cumulative sum; no loop over samples.
-    For tied scores this threshold convention differs from :func:`focalcal.metrics.aurc`, which
-    averages over the orders of the ties; both agree when the scores are distinct.
+    ``O(N log N)``: :func:`focalcal.scores.aurc_weights` with ``ties="threshold"`` (one sort, two
+    ``searchsorted`` and one cumulative sum; no loop over samples), restricted to the thresholds
+    below ``tau``. :func:`focalcal.metrics.aurc` uses ``ties="average"`` by default (the mean over
+    the orders of the ties); both agree when the scores are distinct.
     """
     s = _scores(scores).to(torch.float64)
     n = s.shape[-1]
-    srt = torch.sort(s, dim=-1).values
-    inv_acc = 1.0 / _n_accepted(srt, srt).to(torch.float64)  # 1 / N_>=(g_(i)) in ascending order
+    # the full AURC weights of the threshold rule: sum_{i : g_i <= g_j} 1 / N_>=(g_i)
+    full = scores_lib.aurc_weights(s, ties="threshold")
     if tau is None:
-        in_region = torch.ones_like(srt, dtype=torch.bool)
-    else:
-        tau = float(tau)
-        if tau != tau:
-            raise ValueError("tau must be a number or None, got NaN")
-        in_region = srt < tau
+        return full
+    tau = float(tau)
+    if tau != tau:
+        raise ValueError("tau must be a number or None, got NaN")
+    in_region = s < tau
     m = in_region.sum(-1, keepdim=True)
     if bool((m == 0).any()):
         raise ValueError(f"tau={tau!r} leaves no sample in the low-confidence region g < tau; "
                          f"choose tau above the smallest score")
-    csum = torch.cumsum(torch.where(in_region, inv_acc, torch.zeros_like(inv_acc)), dim=-1)
-    # sum over i with g_i <= g_j: up to the last sorted position holding the value g_j
-    last = torch.searchsorted(srt, s.contiguous(), right=True) - 1
-    return csum.gather(-1, last) * (n / m.to(torch.float64))
+    # thresholds only from g_i < tau: samples above tau keep the sum up to the last such threshold
+    at_tau = torch.where(in_region, full, torch.zeros_like(full)).amax(-1, keepdim=True)
+    return torch.where(in_region, full, at_tau) * (n / m.to(torch.float64))
 
 
 def selective_risk_area(losses: Any, scores: Any, tau: float | None = None) -> torch.Tensor:

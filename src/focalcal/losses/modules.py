@@ -1,0 +1,356 @@
+"""``nn.Module`` forms of the losses: they store their (checked) parameters and call the function.
+
+Each parameter is checked by the same function the loss function uses, once when the module is
+built (so a bad configuration fails at ``make_loss``, not in the first training step); the
+tensors are checked by the loss function on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .._validation import check_choice, check_gamma, check_int
+from ..metrics.kernel import check_kde_params, check_mmce_params
+from ..scores import ArrayLike, check_score
+from ._core import check_ignore_index, check_lamda, check_reduction, prepare
+from .curvature import hessian_trace_loss
+from .focal import (
+    DUAL_VARIANTS,
+    FLSD53,
+    adafocal_gamma_fn,
+    adafocal_tables,
+    adafocal_update,
+    check_adafocal_params,
+    check_epoch_schedule,
+    check_schedule,
+    cross_entropy_loss,
+    dual_focal_loss,
+    focal_family,
+    focal_gamma_at_epoch,
+    focal_loss,
+    inverse_focal_loss,
+    sample_dependent_focal_loss,
+)
+from .regularised import brier_loss, check_alpha, kde_xe_loss, label_smoothing_loss, mmce_loss
+from .selective import aurc_loss, check_aurc_params, check_selective_params, selective_risk_loss
+
+
+class _LossModule(nn.Module):
+    def __init__(self, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__()
+        self.reduction = check_reduction(reduction)
+        self.ignore_index = check_ignore_index(ignore_index)
+
+    def _kw(self) -> dict[str, Any]:
+        return {"reduction": self.reduction, "ignore_index": self.ignore_index}
+
+
+# --------------------------------------------------------------------------------------------
+# the focal family
+# --------------------------------------------------------------------------------------------
+
+class CrossEntropyLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.cross_entropy_loss`."""
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return cross_entropy_loss(logits, target, **self._kw())
+
+
+class FocalLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.focal_loss`."""
+
+    def __init__(self, gamma: float = 3.0, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return focal_loss(logits, target, self.gamma, **self._kw())
+
+    def extra_repr(self) -> str:
+        return f"gamma={self.gamma}, reduction={self.reduction!r}"
+
+
+class InverseFocalLoss(FocalLoss):
+    """Module form of :func:`~focalcal.losses.inverse_focal_loss`."""
+
+    def __init__(self, gamma: float = 2.0, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(gamma, reduction, ignore_index)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return inverse_focal_loss(logits, target, self.gamma, **self._kw())
+
+
+class SampleDependentFocalLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.sample_dependent_focal_loss` (FLSD-53 by default)."""
+
+    def __init__(self, schedule: Sequence[tuple[float, float]] = FLSD53, reduction: str = "mean",
+                 ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.schedule = check_schedule(schedule)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return sample_dependent_focal_loss(logits, target, self.schedule, **self._kw())
+
+    def extra_repr(self) -> str:
+        return f"schedule={self.schedule}, reduction={self.reduction!r}"
+
+
+class ScheduledFocalLoss(_LossModule):
+    """Focal loss with ``gamma`` by epoch (FLSc-531 by default); the trainer calls ``set_epoch``.
+
+    Parameters
+    ----------
+    gammas, milestones
+        See :func:`~focalcal.losses.focal_gamma_at_epoch`.
+    total_epochs : int, optional
+        If given, the milestones (which refer to Mukhoti's 350-epoch runs) are rescaled by
+        ``total_epochs / 350`` and rounded, so that a shorter run keeps the proportions.
+    """
+
+    def __init__(self, gammas: Sequence[float] = (5.0, 3.0, 1.0), milestones: Sequence[int] = (100, 250),
+                 total_epochs: int | None = None, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        g, m = check_epoch_schedule(gammas, milestones)
+        if total_epochs is not None:
+            total_epochs = check_int(total_epochs, "total_epochs")
+            m = tuple(max(1, round(v * total_epochs / 350)) for v in m)
+            if any(b <= a for a, b in zip(m, m[1:])):
+                raise ValueError(f"total_epochs={total_epochs} is too small to keep the milestones "
+                                 f"distinct (got {m})")
+        self.gammas, self.milestones = g, m
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the 0-based epoch whose ``gamma`` the next calls use."""
+        self.epoch = check_int(epoch, "epoch", minimum=0)
+
+    @property
+    def gamma(self) -> float:
+        return focal_gamma_at_epoch(self.epoch, self.gammas, self.milestones)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return focal_loss(logits, target, self.gamma, **self._kw())
+
+    def extra_repr(self) -> str:
+        return f"gammas={self.gammas}, milestones={self.milestones}, epoch={self.epoch}"
+
+
+class DualFocalLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.dual_focal_loss`."""
+
+    def __init__(self, gamma: float = 5.0, variant: str = "paper", reduction: str = "mean",
+                 ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+        self.variant = check_choice(variant, "variant", DUAL_VARIANTS)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return dual_focal_loss(logits, target, self.gamma, variant=self.variant, **self._kw())
+
+    def extra_repr(self) -> str:
+        return f"gamma={self.gamma}, variant={self.variant!r}"
+
+
+class AdaFocalLoss(_LossModule):
+    """AdaFocal (Ghosh et al. 2022): per-bin ``gamma`` updated from validation calibration.
+
+    State (buffers, saved in ``state_dict``): ``bin_edges`` (M+1,) and signed ``gammas`` (M,).
+    Initially ``M = n_bins`` equal-width bins on [0, 1] with ``gamma = gamma_initial``. The loss
+    of a training sample is :func:`~focalcal.losses.adafocal_loss` with the ``gamma`` of the bin
+    of its ``p_t``.
+
+    :meth:`update` (call it after every epoch with the validation logits) splits the validation
+    top-label confidences into ``M`` equal-mass bins (the binning of :mod:`focalcal.metrics`,
+    ``binning="mass"``; the released code interpolates edges with Mukhoti's
+    ``histedges_equalN`` instead), computes each bin's gap ``E_b = C_b - A_b`` (mean confidence
+    minus accuracy; 0 for an empty bin) and updates, as in the released code,
+
+    * ``gamma_b <- gamma_b * exp(lamda * E_b)`` if ``gamma_b > 0`` (focal: more focusing when
+      over-confident), ``gamma_b * exp(-lamda * E_b)`` if ``gamma_b < 0`` (inverse focal);
+    * if ``|gamma_b| < switch_pt`` it flips to ``-switch_pt`` (from positive) or ``+switch_pt``
+      (from negative): the switch between focal and inverse focal;
+    * clipping to ``[gamma_min, gamma_max]``;
+
+    and then adopts the validation bin edges. Defaults: 15 bins, ``lamda = 1``, ``gamma_initial =
+    1``, ``gamma_max = 20``, ``switch_pt = 0.2`` (released ``main.py``); ``gamma_min`` defaults to
+    ``-gamma_max`` (symmetric clipping); the released script uses ``gamma_min = -2``.
+    """
+
+    def __init__(self, n_bins: int = 15, lamda: float = 1.0, gamma_initial: float = 1.0,
+                 gamma_max: float = 20.0, gamma_min: float | None = None, switch_pt: float = 0.2,
+                 reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        n_bins, self.lamda, g0, self.gamma_max, self.gamma_min, self.switch_pt = check_adafocal_params(
+            n_bins, lamda, gamma_initial, gamma_max, gamma_min, switch_pt)
+        self.register_buffer("bin_edges", torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64))
+        self.register_buffer("gammas", torch.full((n_bins,), g0, dtype=torch.float64))
+        self._table_key: tuple[Any, ...] | None = None
+
+    @property
+    def n_bins(self) -> int:
+        return self.gammas.numel()
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        # the state was checked when it was set; the tables in the logits' dtype are cached
+        # until the buffers change (update, load_state_dict, in-place edits bump _version)
+        batch = prepare(logits, target, self.ignore_index, self.reduction)
+        key = (batch.x.dtype, batch.x.device, self.gammas.data_ptr(), self.gammas._version,
+               self.bin_edges.data_ptr(), self.bin_edges._version)
+        if self._table_key != key:
+            self._tables = adafocal_tables(self.bin_edges, self.gammas, batch.x.dtype, batch.x.device)
+            self._gamma_fn = adafocal_gamma_fn(*self._tables)
+            self._table_key = key
+        return focal_family(batch, self._gamma_fn, False, self.reduction)
+
+    @torch.no_grad()
+    def update(self, val_logits: ArrayLike, val_target: ArrayLike) -> Tensor:
+        """Update the per-bin ``gamma`` from validation logits (N, K) and targets (N,); returns gaps.
+
+        See :func:`~focalcal.losses.focal.adafocal_update`.
+
+        Returns
+        -------
+        Tensor, shape (M,), float64
+            The calibration gaps ``C_b - A_b`` that drove the update.
+        """
+        gammas, edges, gap = adafocal_update(self.gammas, val_logits, val_target, lamda=self.lamda,
+                                             gamma_min=self.gamma_min, gamma_max=self.gamma_max,
+                                             switch_pt=self.switch_pt, ignore_index=self.ignore_index)
+        self.gammas.copy_(gammas.to(self.gammas.device))
+        self.bin_edges.copy_(edges.to(self.bin_edges.device, self.bin_edges.dtype))
+        return gap
+
+    def extra_repr(self) -> str:
+        return (f"n_bins={self.n_bins}, lamda={self.lamda}, gamma_max={self.gamma_max}, "
+                f"gamma_min={self.gamma_min}, switch_pt={self.switch_pt}")
+
+
+# --------------------------------------------------------------------------------------------
+# regularised and selective losses
+# --------------------------------------------------------------------------------------------
+
+class BrierLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.brier_loss`."""
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return brier_loss(logits, target, **self._kw())
+
+
+class LabelSmoothingLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.label_smoothing_loss`."""
+
+    def __init__(self, alpha: float = 0.05, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.alpha = check_alpha(alpha)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return label_smoothing_loss(logits, target, self.alpha, **self._kw())
+
+
+class MMCELoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.mmce_loss`."""
+
+    def __init__(self, lamda: float = 2.0, weighted: bool = True, kernel_width: float = 0.4,
+                 reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.lamda = check_lamda(lamda)
+        self.weighted, self.kernel_width = check_mmce_params(weighted, kernel_width)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return mmce_loss(logits, target, self.lamda, weighted=self.weighted,
+                         kernel_width=self.kernel_width, **self._kw())
+
+
+class KDEXELoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.kde_xe_loss`."""
+
+    def __init__(self, lamda: float = 0.3, bandwidth: float | str = "auto", p: float = 1.0,
+                 mode: str = "canonical", reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.lamda = check_lamda(lamda)
+        self.bandwidth, self.p, self.mode = check_kde_params(bandwidth, p, mode)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return kde_xe_loss(logits, target, self.lamda, bandwidth=self.bandwidth, p=self.p,
+                           mode=self.mode, **self._kw())
+
+
+class AURCLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.aurc_loss`."""
+
+    def __init__(self, score: str = "msp", weights: str = "harmonic", ties: str = "sorted",
+                 reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.score, self.weights, self.ties = check_aurc_params(score, weights, ties)
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return aurc_loss(logits, target, score=self.score, weights=self.weights, ties=self.ties,
+                         **self._kw())
+
+
+class SelectiveRiskLoss(_LossModule):
+    """Module form of :func:`~focalcal.losses.selective_risk_loss`."""
+
+    def __init__(self, score: str = "msp", coverage: float = 0.9, threshold: float | None = None,
+                 nu: float = 0.1, n_bins: int = 64, conditional: bool = False, reduction: str = "mean",
+                 ignore_index: int = -100) -> None:
+        super().__init__(reduction, ignore_index)
+        self.score = check_score(score)
+        self.coverage, self.threshold, self.nu, self.n_bins = check_selective_params(
+            coverage, threshold, nu, n_bins)
+        self.conditional = check_choice(conditional, "conditional", (True, False))
+
+    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+        return selective_risk_loss(logits, target, score=self.score, coverage=self.coverage,
+                                   threshold=self.threshold, nu=self.nu, n_bins=self.n_bins,
+                                   conditional=self.conditional, **self._kw())
+
+
+# --------------------------------------------------------------------------------------------
+# curvature
+# --------------------------------------------------------------------------------------------
+
+class HessianTracePenalty(_LossModule):
+    """``CE + lamda * tr(H)`` (curvature paper, eq. 33); called as ``f(logits, target, model=, inputs=)``.
+
+    ``requires_model = True`` tells the trainer to pass the network and the batch inputs. A fresh
+    set of ``n_probes`` Rademacher probes is drawn per call (from a private generator seeded with
+    ``seed`` if given). See :func:`~focalcal.losses.hessian_trace_loss`.
+    """
+
+    requires_model = True
+
+    def __init__(self, lamda: float = 1e-3, n_probes: int = 1, seed: int | None = None,
+                 reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__("mean", ignore_index)
+        self.reduction = check_choice(reduction, "reduction", ("mean", "sum"))
+        self.lamda = check_lamda(lamda)
+        self.n_probes = check_int(n_probes, "n_probes")
+        self.seed = None if seed is None else check_int(seed, "seed", minimum=0)
+        self._generators: dict[str, torch.Generator] = {}
+
+    def _generator(self, device: torch.device) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        key = str(device)
+        if key not in self._generators:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(self.seed)
+            self._generators[key] = gen
+        return self._generators[key]
+
+    def forward(self, logits: Tensor, target: ArrayLike, *, model: nn.Module | None = None,
+                inputs: Tensor | None = None) -> Tensor:
+        if model is None:
+            raise ValueError("HessianTracePenalty needs model= (and inputs=): call it as "
+                             "loss_fn(logits, target, model=model, inputs=x)")
+        dev = next(model.parameters()).device
+        return hessian_trace_loss(logits, target, model=model, inputs=inputs, lamda=self.lamda,
+                                  n_probes=self.n_probes, generator=self._generator(dev), **self._kw())
+
+    def extra_repr(self) -> str:
+        return f"lamda={self.lamda}, n_probes={self.n_probes}"

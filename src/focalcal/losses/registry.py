@@ -1,0 +1,82 @@
+"""The registry of losses by name: :data:`LOSSES` and :func:`make_loss` (the sweep and the lab use it)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from .focal import FLSD53, FLSD532
+from .modules import (
+    AdaFocalLoss,
+    AURCLoss,
+    BrierLoss,
+    CrossEntropyLoss,
+    DualFocalLoss,
+    FocalLoss,
+    HessianTracePenalty,
+    InverseFocalLoss,
+    KDEXELoss,
+    LabelSmoothingLoss,
+    MMCELoss,
+    SampleDependentFocalLoss,
+    ScheduledFocalLoss,
+    SelectiveRiskLoss,
+)
+
+
+def _preset(cls: type[nn.Module], **fixed: Any) -> Callable[..., nn.Module]:
+    sig = inspect.signature(cls.__init__)
+    allowed = tuple(n for n in list(sig.parameters)[1:] if n not in fixed)
+
+    @functools.wraps(cls, updated=())
+    def factory(**params: Any) -> nn.Module:
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for this loss; "
+                             f"valid parameters: {', '.join(allowed) or '(none)'}")
+        return cls(**fixed, **params)
+
+    factory.params = allowed  # type: ignore[attr-defined]
+    return factory
+
+
+#: name -> factory ``f(**params) -> nn.Module``; use :func:`make_loss`.
+LOSSES: dict[str, Callable[..., nn.Module]] = {
+    "ce": _preset(CrossEntropyLoss),
+    "focal": _preset(FocalLoss),
+    "flsd53": _preset(SampleDependentFocalLoss, schedule=FLSD53),
+    "flsd532": _preset(SampleDependentFocalLoss, schedule=FLSD532),
+    "sample_dependent_focal": _preset(SampleDependentFocalLoss),
+    "flsc531": _preset(ScheduledFocalLoss, gammas=(5.0, 3.0, 1.0)),
+    "flsc532": _preset(ScheduledFocalLoss, gammas=(5.0, 3.0, 2.0)),
+    "dual_focal": _preset(DualFocalLoss, variant="paper"),
+    "dual_focal_released": _preset(DualFocalLoss, variant="released"),
+    "inverse_focal": _preset(InverseFocalLoss),
+    "adafocal": _preset(AdaFocalLoss),
+    "brier": _preset(BrierLoss),
+    "label_smoothing": _preset(LabelSmoothingLoss),
+    "mmce": _preset(MMCELoss),
+    "kde_xe": _preset(KDEXELoss),
+    "aurc": _preset(AURCLoss),
+    "selective_risk": _preset(SelectiveRiskLoss),
+    "hessian_trace": _preset(HessianTracePenalty),
+}
+
+
+def make_loss(name: str, **params: Any) -> nn.Module:
+    """Build the loss registered as ``name`` in :data:`LOSSES` with keyword ``params``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the valid names), an unknown parameter (lists the
+        valid parameters of that loss) or an invalid parameter value.
+    """
+    if name not in LOSSES:
+        raise ValueError(f"name must be one of the registered losses, got {name!r}; "
+                         f"valid names: {', '.join(LOSSES)}")
+    return LOSSES[name](**params)

@@ -1,0 +1,174 @@
+"""Calibration and selective-prediction metrics.
+
+Every binned, proper and selective metric takes the labels first and then exactly one of
+``probs=`` or ``logits=`` by keyword: the library never guesses from the value range whether a
+score is a probability or a logit. The differentiable kernel estimates (:func:`mmce`,
+:func:`ece_kde`, :func:`kde_bandwidth`) are training penalties too and take ``logits`` and
+``labels`` positionally, in the order of the losses that use them.
+
+Labels are called ``labels`` here (they are data being evaluated) and ``target`` in
+:mod:`focalcal.losses`, the name of :mod:`torch.nn.functional`; the same integer class indices.
+
+Shapes
+------
+``probs`` / ``logits`` have shape ``(..., N, K)`` (``N`` samples, ``K`` classes, any leading batch
+dimensions, e.g. a grid of temperatures) and ``labels`` has shape ``(N,)``.
+
+Return types
+------------
+Each function has one return type:
+
+- the scalar metrics :func:`ece`, :func:`mce`, :func:`classwise_ece`, :func:`nll`,
+  :func:`brier`, :func:`accuracy`, :func:`kl_to_posterior`, :func:`aurc` and :func:`eaurc`
+  take one model's ``(N, K)`` scores and return a Python ``float``; input with leading batch
+  dims is refused with a pointer to their batched forms;
+- :mod:`focalcal.metrics.batched` has the same functions for ``(..., N, K)`` input (e.g. a grid
+  of temperatures): they return a :class:`torch.Tensor` of shape ``(...)``, as does the batched
+  core :func:`calibration_error`;
+- :func:`confidence_score` returns a Tensor of per-sample scores ``(..., N)``;
+- the differentiable penalties :func:`mmce` and :func:`ece_kde` return a 0-d Tensor (with a
+  graph), :func:`kde_bandwidth` a ``float``;
+- :func:`frac_confident` returns a :class:`Confident` of Python numbers and
+  :func:`reliability_data` a :class:`ReliabilityData` of tensors.
+
+All values are fractions, never percentages.
+
+Confidence scores and the AURC come from :mod:`focalcal.scores` (scores in [0, 1]; the tie rule
+of the AURC is chosen with ``ties=``).
+
+Binning conventions
+-------------------
+Shared by :func:`calibration_error`, :func:`ece`, :func:`mce`, :func:`classwise_ece` and
+:func:`reliability_data`.
+
+``binning="width"``
+    ``n_bins`` equal-width bins ``(lo, hi]`` with edges ``b / n_bins`` (the float64 numbers nearest
+    to them), as in Mukhoti et al. (2020, eq. 1). A confidence of exactly 0 goes into the first bin
+    and a confidence of exactly 1 into the last, so every sample is counted once.
+``binning="mass"``
+    equal-mass (adaptive) bins, Mukhoti's AdaECE. The ``N`` confidences are sorted and the sample at
+    sorted position ``i`` (0-based) goes into bin ``floor(i * n_bins / N)``: contiguous groups whose
+    sizes differ by at most one, every sample in exactly one bin. Tied confidences always share a
+    bin: a group of ties takes the bin of its *last* sorted position, i.e. a sample with confidence
+    ``c`` goes into bin ``floor(n_bins * (#{conf <= c} - 1) / N)``. The bins are therefore
+    half-open intervals ``[lo, hi)`` of confidence. When ``N`` is a multiple of ``n_bins`` this is
+    exactly the binning of ``netcal.metrics.ECE(equal_intervals=False)`` (quantile edges).
+
+Empty bins contribute nothing; ``N < n_bins`` is allowed. With per-bin sample count ``n_b``, mean
+confidence ``C_b`` and accuracy ``A_b``:
+
+- ``norm="l1"``: ``sum_b n_b / N * |A_b - C_b|`` (the ECE);
+- ``norm="l2"``: ``sqrt(sum_b n_b / N * (A_b - C_b)**2)`` (root of the weighted mean squared gap);
+- ``norm="max"``: ``max_b |A_b - C_b|`` over non-empty bins (the MCE).
+
+All bin statistics are accumulated in float64 whatever the input dtype.
+"""
+
+from __future__ import annotations
+
+from ..scores import SCORES, TIES
+from torch import Tensor
+
+from ..scores import ArrayLike
+from . import batched
+from .binned import BINNINGS, NORMS, ReliabilityData, calibration_error, reliability_data
+from .kernel import ece_kde, kde_bandwidth, mmce
+from .proper import Confident, frac_confident
+from .selective import confidence_score
+
+__all__ = [
+    "BINNINGS",
+    "NORMS",
+    "SCORES",
+    "TIES",
+    "batched",
+    "Confident",
+    "ReliabilityData",
+    "accuracy",
+    "aurc",
+    "brier",
+    "calibration_error",
+    "classwise_ece",
+    "confidence_score",
+    "eaurc",
+    "ece",
+    "ece_kde",
+    "frac_confident",
+    "kde_bandwidth",
+    "kl_to_posterior",
+    "mce",
+    "mmce",
+    "nll",
+    "reliability_data",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# the scalar metrics: one model, a Python float (the batched forms are in .batched)
+# --------------------------------------------------------------------------------------------
+
+def _one_model(value: Tensor, name: str) -> float:
+    if value.dim() != 0:
+        raise ValueError(f"{name} takes one model's scores of shape (N, K) and returns a float; for "
+                         f"scores with batch dims {tuple(value.shape)} use "
+                         f"focalcal.metrics.batched.{name}")
+    return float(value)
+
+
+def ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+        n_bins: int = 15, binning: str = "width", norm: str = "l1") -> float:
+    """Top-label expected calibration error of one model, a fraction in [0, 1].
+
+    :func:`focalcal.metrics.batched.ece` for ``(N, K)`` scores (documented there), as a float.
+    """
+    return _one_model(batched.ece(labels, probs=probs, logits=logits, n_bins=n_bins,
+                                  binning=binning, norm=norm), "ece")
+
+
+def mce(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+        n_bins: int = 15, binning: str = "width") -> float:
+    """Maximum calibration error of one model: :func:`focalcal.metrics.batched.mce`, as a float."""
+    return _one_model(batched.mce(labels, probs=probs, logits=logits, n_bins=n_bins,
+                                  binning=binning), "mce")
+
+
+def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+                  n_bins: int = 15, binning: str = "width", norm: str = "l1") -> float:
+    """Class-wise calibration error of one model: :func:`focalcal.metrics.batched.classwise_ece`."""
+    return _one_model(batched.classwise_ece(labels, probs=probs, logits=logits, n_bins=n_bins,
+                                            binning=binning, norm=norm), "classwise_ece")
+
+
+def nll(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None) -> float:
+    """Mean negative log-likelihood (nats) of one model: :func:`focalcal.metrics.batched.nll`."""
+    return _one_model(batched.nll(labels, probs=probs, logits=logits), "nll")
+
+
+def brier(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None) -> float:
+    """Multi-class Brier score of one model: :func:`focalcal.metrics.batched.brier`."""
+    return _one_model(batched.brier(labels, probs=probs, logits=logits), "brier")
+
+
+def accuracy(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+             top_k: int = 1) -> float:
+    """Top-``k`` accuracy of one model: :func:`focalcal.metrics.batched.accuracy`."""
+    return _one_model(batched.accuracy(labels, probs=probs, logits=logits, top_k=top_k), "accuracy")
+
+
+def kl_to_posterior(true_probs: ArrayLike, probs: ArrayLike | None = None, *,
+                    logits: ArrayLike | None = None) -> float:
+    """Mean KL divergence (nats) to a known posterior: :func:`focalcal.metrics.batched.kl_to_posterior`."""
+    return _one_model(batched.kl_to_posterior(true_probs, probs, logits=logits), "kl_to_posterior")
+
+
+def aurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+         score: str = "msp", ties: str = "average") -> float:
+    """AURC with the 0/1 loss of one model: :func:`focalcal.metrics.batched.aurc`."""
+    return _one_model(batched.aurc(labels, probs=probs, logits=logits, score=score, ties=ties), "aurc")
+
+
+def eaurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+          score: str = "msp", optimum: str = "asymptotic", ties: str = "average") -> float:
+    """Excess AURC of one model: :func:`focalcal.metrics.batched.eaurc`."""
+    return _one_model(batched.eaurc(labels, probs=probs, logits=logits, score=score,
+                                    optimum=optimum, ties=ties), "eaurc")

@@ -1,0 +1,326 @@
+"""Binned calibration errors: the batched core, ECE / MCE / class-wise ECE, reliability data.
+
+The binning conventions are those of the :mod:`focalcal.metrics` docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .._validation import check_choice, check_int, check_nonempty, check_unit_interval
+from ..scores import ArrayLike
+from ._inputs import as_probs, labels_for, top_label
+
+BINNINGS = ("width", "mass")
+NORMS = ("l1", "l2", "max")
+
+
+# --------------------------------------------------------------------------------------------
+# the batched binned core
+# --------------------------------------------------------------------------------------------
+
+def _width_index(x: Tensor, n_bins: int, out_int32: bool = False) -> Tensor:
+    """Equal-width bin ``(lo, hi]`` of every value of ``x`` (any shape), in ``[0, n_bins)``."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()  # float16 / bfloat16 values are exact in float32
+    interior = torch.arange(1, n_bins, dtype=torch.float64, device=x.device) / n_bins
+    edges = interior.to(x.dtype)
+    if x.dtype != torch.float64:
+        # round the float64 edges *down* into x's dtype: then x <= edge in x's dtype exactly when
+        # x <= edge in float64, so float32 input is binned as if it were converted to float64
+        up = edges.double() > interior
+        edges = torch.where(up, torch.nextafter(edges, torch.full_like(edges, -math.inf)), edges)
+    # right=False over the interior edges: e[i-1] < x <= e[i] -> i; x = 0 -> bin 0, x = 1 -> last
+    return torch.bucketize(x.contiguous(), edges, right=False, out_int32=out_int32)
+
+
+def _mass_index(x: Tensor, n_bins: int) -> Tensor:
+    """Equal-mass bin of every value along the last dim of ``x`` (..., N), int64 in ``[0, n_bins)``."""
+    n = x.shape[-1]
+    x = x.contiguous()
+    srt = torch.sort(x, dim=-1).values
+    # number of values <= x: one past the sorted position of the last member of x's tie group
+    n_le = torch.searchsorted(srt, x, right=True)
+    return (n_le - 1) * n_bins // n
+
+
+def _bin_index(conf: Tensor, n_bins: int, binning: str) -> Tensor:
+    """Bin of every confidence, shape of ``conf`` ``(..., N)``, values in ``[0, n_bins)``."""
+    return _width_index(conf, n_bins) if binning == "width" else _mass_index(conf, n_bins)
+
+
+def _binned_sums(delta: Tensor, idx: Tensor, n_bins: int,
+                 counts: bool) -> tuple[Tensor, Tensor | None]:
+    """Per-bin sums of ``delta`` (and bin counts) over the last dim: ``(..., N) -> (..., n_bins)``."""
+    lead = delta.shape[:-1]
+    groups = math.prod(lead)
+    offset = torch.arange(groups, device=idx.device).view(*lead, 1) * n_bins
+    flat = (idx + offset).reshape(-1)
+    sums = torch.zeros(groups * n_bins, dtype=delta.dtype, device=delta.device)
+    sums.index_add_(0, flat, delta.reshape(-1))
+    cnt = None
+    if counts:
+        cnt = torch.bincount(flat, minlength=groups * n_bins).view(*lead, n_bins)
+    return sums.view(*lead, n_bins), cnt
+
+
+def _reduce_bins(sums: Tensor, cnt: Tensor | None, n: int, norm: str) -> Tensor:
+    # sums[b] = n_b * (C_b - A_b): the l1 ECE needs no division and empty bins are exact zeros
+    if norm == "l1":
+        return sums.abs().sum(-1) / n
+    cnt = cnt.to(sums.dtype).clamp_(min=1)
+    if norm == "l2":
+        return torch.sqrt((sums.square() / cnt).sum(-1) / n)
+    return (sums.abs() / cnt).amax(-1)
+
+
+def _check_bins(n_bins: int, binning: str, norm: str) -> int:
+    n_bins = check_int(n_bins, "n_bins", minimum=1)
+    check_choice(binning, "binning", BINNINGS)
+    check_choice(norm, "norm", NORMS)
+    return n_bins
+
+
+def calibration_error(confidences: ArrayLike, correct: ArrayLike, *, n_bins: int = 15, binning: str = "width",
+                      norm: str = "l1") -> Tensor:
+    """Binned calibration error of confidences against 0/1 outcomes, batched over leading dims.
+
+    The fast core behind :func:`ece`, :func:`mce` and :func:`classwise_ece`, made for grid
+    searches: one call evaluates a whole ``(n_gamma, n_T, N)`` grid of confidences.
+
+    Parameters
+    ----------
+    confidences : Tensor, shape (..., N)
+        Confidences in [0, 1] (e.g. the top-class probability).
+    correct : Tensor, shape (N,) or broadcastable to (..., N)
+        Outcomes: bool, or numbers in [0, 1] (1 = correct).
+    n_bins : int
+        Number of bins (>= 1; ``N < n_bins`` is fine, empty bins contribute nothing).
+    binning : {"width", "mass"}
+        Equal-width bins ``(lo, hi]`` or equal-mass bins (see the module docstring for the rules).
+    norm : {"l1", "l2", "max"}
+        ECE, root weighted mean squared gap, or MCE over non-empty bins.
+
+    Returns
+    -------
+    Tensor, shape (...)
+        A fraction in [0, 1], in the floating dtype of ``confidences`` (accumulated in float64).
+
+    Notes
+    -----
+    Vectorised: one ``bucketize`` (or sort + ``searchsorted``) and one ``index_add_`` over all
+    samples of all batch entries; no Python loop over bins, samples or batch entries.
+    """
+    n_bins = _check_bins(n_bins, binning, norm)
+    conf = check_unit_interval(confidences, "confidences")
+    check_nonempty(conf, "confidences")
+    out_dtype = conf.dtype
+    if isinstance(correct, torch.Tensor) and correct.dtype == torch.bool:
+        corr = correct
+    else:
+        corr = check_unit_interval(correct, "correct")
+    if corr.dim() == 0 or corr.shape[-1] != conf.shape[-1]:
+        raise ValueError(f"correct must have shape (N,) or (..., N) with N = {conf.shape[-1]} "
+                         f"(the last dim of confidences), got shape {tuple(corr.shape)}")
+    try:
+        shape = torch.broadcast_shapes(conf.shape, corr.shape)
+    except RuntimeError as err:
+        raise ValueError(f"correct of shape {tuple(corr.shape)} does not broadcast against "
+                         f"confidences of shape {tuple(conf.shape)}") from err
+    conf = conf.to(torch.float64).expand(shape)
+    delta = conf - corr.to(torch.float64)
+    idx = _bin_index(conf, n_bins, binning)
+    sums, cnt = _binned_sums(delta, idx, n_bins, counts=norm != "l1")
+    return _reduce_bins(sums, cnt, shape[-1], norm).to(out_dtype)
+
+
+
+# --------------------------------------------------------------------------------------------
+# top-label and class-wise calibration
+# --------------------------------------------------------------------------------------------
+
+def ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+        n_bins: int = 15, binning: str = "width", norm: str = "l1") -> Tensor:
+    """Top-label expected calibration error (Naeini et al. 2015; Mukhoti et al. 2020, eq. 1, 3).
+
+    ``binning="mass"`` gives Mukhoti's AdaECE, ``norm="max"`` the MCE (see :func:`mce`).
+
+    Parameters
+    ----------
+    labels : Tensor, shape (N,)
+        Integer class labels in ``[0, K)``.
+    probs, logits : Tensor, shape (..., N, K)
+        Exactly one of them: probabilities (rows summing to 1) or unnormalised scores.
+    n_bins, binning, norm
+        See :func:`calibration_error` and the module docstring for the exact conventions.
+
+    Returns
+    -------
+    Tensor, shape (...)
+        A fraction in [0, 1] (not a percentage); 0-d for ``(N, K)`` input.
+    """
+    n_bins = _check_bins(n_bins, binning, norm)
+    conf, correct = top_label(labels, probs, logits)
+    return calibration_error(conf, correct, n_bins=n_bins, binning=binning, norm=norm)
+
+
+def mce(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+        n_bins: int = 15, binning: str = "width") -> Tensor:
+    """Maximum calibration error (Mukhoti et al. 2020, eq. 2): ``max_b |A_b - C_b|`` over non-empty bins.
+
+    Same as ``ece(..., norm="max")``; shapes and conventions as in :func:`ece`.
+    """
+    return ece(labels, probs=probs, logits=logits, n_bins=n_bins, binning=binning, norm="max")
+
+
+def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None,
+                  logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width",
+                  norm: str = "l1") -> Tensor:
+    """Class-wise calibration error cwECE (Kull et al. 2019; Zhou et al. 2025, Def. 3.7 and A.1).
+
+    For every class ``c`` the probabilities ``p_c`` of all ``N`` samples are binned (each class
+    has its own bins; for ``binning="mass"`` its own equal-mass bins) against the outcomes
+    ``1[y = c]``, giving a per-class error ``e_c`` with the chosen ``norm``. They are combined as
+    in Zhou et al.'s ``cwECE_rho``:
+
+    - ``"l1"``: ``mean_c e_c`` (their eq. 18);
+    - ``"l2"``: ``sqrt(mean_c e_c**2)``;
+    - ``"max"``: ``max_c e_c``.
+
+    Shapes and the other conventions as in :func:`ece`. Vectorised over classes: the ``K`` columns
+    are binned in one call of :func:`calibration_error`'s core.
+    """
+    n_bins = _check_bins(n_bins, binning, norm)
+    p = as_probs(probs, logits)
+    lab = labels_for(labels, p)
+    n, k = p.shape[-2], p.shape[-1]
+    lead = p.shape[:-2]
+    p64 = p.to(torch.float64)
+    groups = math.prod(lead)
+    # one flat id per (batch entry, bin, class); int32 ids halve the memory traffic of the N*K pass
+    small = groups * n_bins * k < 2**31
+    itype = torch.int32 if small else torch.int64
+    if binning == "width":
+        flat = _width_index(p, n_bins, out_int32=small)
+    else:  # equal-mass bins are per class: sort each class's N probabilities
+        flat = _mass_index(p64.transpose(-1, -2), n_bins).transpose(-1, -2).to(itype)
+    flat = flat.mul_(k).add_(torch.arange(k, dtype=itype, device=p.device))
+    if groups > 1:
+        flat += torch.arange(groups, dtype=itype, device=p.device).view(*lead, 1, 1) * (n_bins * k)
+    flat = flat.contiguous()
+    size = groups * n_bins * k
+    # per (bin, class) sums of p_ic - 1[y_i = c] without a dense one-hot: the probabilities are
+    # added directly and the outcomes counted from the N true-class entries
+    sums = torch.zeros(size, dtype=torch.float64, device=p.device)
+    sums.index_add_(0, flat.view(-1), p64.reshape(-1))
+    hit = flat.gather(-1, lab.expand(*lead, n).unsqueeze(-1).to(torch.int64))
+    sums -= torch.bincount(hit.reshape(-1), minlength=size).to(torch.float64)
+    sums = sums.view(*lead, n_bins, k)
+    cnt = None
+    if norm != "l1":
+        cnt = torch.bincount(flat.view(-1), minlength=size).view(*lead, n_bins, k)
+    # per-class errors: bins on dim -2, so move classes before bins for _reduce_bins
+    per_class = _reduce_bins(sums.transpose(-1, -2), None if cnt is None else cnt.transpose(-1, -2),
+                             n, norm)
+    if norm == "l1":
+        out = per_class.mean(-1)
+    elif norm == "l2":
+        out = per_class.square().mean(-1).sqrt()
+    else:
+        out = per_class.amax(-1)
+    return out.to(p.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# reliability diagrams
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReliabilityData:
+    """Per-bin statistics of a reliability diagram (top-label confidence).
+
+    Attributes
+    ----------
+    edges : Tensor, shape (n_bins + 1,)
+        Bin edges in confidence. ``binning="width"``: ``b / n_bins``, bins ``(lo, hi]``.
+        ``binning="mass"``: 0, the smallest confidence in each of bins 1..n_bins-1, then 1; bins
+        ``[lo, hi)`` (an empty bin gets the edge of the next non-empty one, i.e. zero width).
+    counts : Tensor, shape (n_bins,), int64
+        Samples per bin (they sum to N).
+    accuracy : Tensor, shape (n_bins,)
+        Fraction correct in each bin; ``nan`` for empty bins.
+    confidence : Tensor, shape (n_bins,)
+        Mean confidence in each bin; ``nan`` for empty bins.
+    binning : str
+        ``"width"`` or ``"mass"``.
+    """
+
+    edges: Tensor
+    counts: Tensor
+    accuracy: Tensor
+    confidence: Tensor
+    binning: str
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def gap(self) -> Tensor:
+        """``confidence - accuracy`` per bin (> 0: over-confident); ``nan`` for empty bins."""
+        return self.confidence - self.accuracy
+
+    def ece(self) -> float:
+        """The l1 ECE of these bins (equals :func:`ece` with the same binning)."""
+        full = self.counts > 0
+        w = self.counts[full].double() / self.n_samples
+        return float((w * self.gap[full].abs()).sum())
+
+
+def reliability_data(labels: ArrayLike, *, probs: ArrayLike | None = None,
+                     logits: ArrayLike | None = None, n_bins: int = 15,
+                     binning: str = "width") -> ReliabilityData:
+    """Bin edges, counts, accuracy and mean confidence per bin, for a reliability diagram.
+
+    Parameters
+    ----------
+    labels : Tensor, shape (N,)
+    probs, logits : Tensor, shape (N, K)
+        Exactly one of them (no batch dims).
+    n_bins : int
+    binning : {"width", "mass"}
+        Same bins as :func:`ece`.
+
+    Returns
+    -------
+    ReliabilityData
+        float64 tensors (counts int64).
+    """
+    n_bins = _check_bins(n_bins, binning, "l1")
+    conf, correct = top_label(labels, probs, logits)
+    if conf.dim() != 1:
+        raise ValueError(f"reliability_data takes scores of shape (N, K), got batch dims "
+                         f"{tuple(conf.shape[:-1])}")
+    conf = conf.to(torch.float64)
+    idx = _bin_index(conf, n_bins, binning)
+    counts = torch.bincount(idx, minlength=n_bins)
+    denom = counts.to(torch.float64)
+    empty = counts == 0
+    zeros = torch.zeros(n_bins, dtype=torch.float64, device=conf.device)
+    acc = zeros.clone().index_add_(0, idx, correct.double()) / denom
+    mean_conf = zeros.index_add_(0, idx, conf) / denom
+    acc[empty] = math.nan
+    mean_conf[empty] = math.nan
+    if binning == "width":
+        edges = torch.arange(n_bins + 1, dtype=torch.float64, device=conf.device) / n_bins
+    else:
+        lo = torch.ones(n_bins, dtype=torch.float64, device=conf.device).scatter_reduce_(
+            0, idx, conf, reduce="amin", include_self=True)
+        # an empty bin takes the edge of the next non-empty one (reverse running minimum)
+        lo = lo.flip(0).cummin(0).values.flip(0)
+        edges = torch.cat([lo.new_zeros(1), lo[1:], lo.new_ones(1)])
+    return ReliabilityData(edges, counts, acc, mean_conf, binning)
