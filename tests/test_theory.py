@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from focalcal_book import theory
+from focalcal_book import oracles, theory
 
 
 # ------------------------------------------------------------------------------------------
@@ -39,9 +39,9 @@ def test_simplex_grid_dtype(dtype):
 
 
 def test_simplex_grid_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="n"):
+    with pytest.raises(ValueError, match=r"^n must be an integer"):
         theory.simplex_grid(0)
-    with pytest.raises(ValueError, match="k"):
+    with pytest.raises(ValueError, match=r"^k must be an integer"):
         theory.simplex_grid(5, 1)
     with pytest.raises(ValueError, match="interior"):
         theory.simplex_grid(2, 3, interior=True)
@@ -201,40 +201,83 @@ def test_bounds_reject_bad_input():
 
 
 # ------------------------------------------------------------------------------------------
-# reference_focal_map
+# the focal-map oracles (focalcal_book.oracles): each printed formula against another one
 # ------------------------------------------------------------------------------------------
 
 def test_reference_map_identity_binary_closed_form_and_direct_derivative():
     import mpmath
     from fractions import Fraction
 
-    out = theory.reference_focal_map(["0.2", "0.3", "0.5"], 0.0)
+    assert theory.reference_focal_map is oracles.reference_focal_map  # one copy, used by the chapters
+    out = oracles.reference_focal_map(["0.2", "0.3", "0.5"], 0.0)
     assert [float(v) for v in out] == pytest.approx([0.2, 0.3, 0.5], rel=1e-25)
-    # binary: K&K Prop. 2 closed form, typed independently
+    # binary: K&K Eq. (1) against their Prop. 2 closed form
     with mpmath.workdps(40):
-        qv, g = mpmath.mpf("0.7"), mpmath.mpf(2)
-        closed = 1 / (1 + ((1 - qv) / qv) ** g * ((1 - qv) - g * qv * mpmath.log(qv))
-                      / (qv - g * (1 - qv) * mpmath.log(1 - qv)))
-    out = theory.reference_focal_map([Fraction(3, 10), Fraction(7, 10)], 2.0, dps=35)
+        closed = oracles.kk_prop2_mp("0.7", 2, dps=40)
+    out = oracles.reference_focal_map([Fraction(3, 10), Fraction(7, 10)], 2.0, dps=35)
     assert abs(out[1] - closed) < mpmath.mpf(10) ** -33
     # K = 3: weights 1 / l'(q) with l' from mpmath's numerical derivative
     q = ["0.1", "0.25", "0.65"]
     with mpmath.workdps(30):
         w = [1 / mpmath.diff(lambda x: -(1 - x) ** 1.5 * mpmath.log(x), mpmath.mpf(v)) for v in q]
         expected = [x / mpmath.fsum(w) for x in w]
-    got = theory.reference_focal_map(q, 1.5)
+    got = oracles.reference_focal_map(q, 1.5)
     assert all(abs(a - b) < 1e-20 for a, b in zip(got, expected))
+
+
+def test_reference_map_reads_floats_by_repr_and_tensors():
+    exact = oracles.reference_focal_map(["0.33", "0.67"], "0.5")
+    assert oracles.reference_focal_map([0.33, 0.67], 0.5) == exact
+    assert oracles.reference_focal_map(torch.tensor([0.33, 0.67], dtype=torch.float64), 0.5) == exact
 
 
 def test_reference_map_rejects_bad_input():
     with pytest.raises(ValueError, match="sum to 1"):
-        theory.reference_focal_map([0.2, 0.2], 1.0)
+        oracles.reference_focal_map([0.2, 0.2], 1.0)
     with pytest.raises(ValueError, match="open interval"):
-        theory.reference_focal_map([0.0, 1.0], 1.0)
-    with pytest.raises(ValueError, match="gamma"):
-        theory.reference_focal_map([0.5, 0.5], -2.0)
+        oracles.reference_focal_map([0.0, 1.0], 1.0)
+    with pytest.raises(ValueError, match=r"^gamma must"):
+        oracles.reference_focal_map([0.5, 0.5], -2.0)
     with pytest.raises(ValueError, match="at least 2"):
-        theory.reference_focal_map([1.0], 1.0)
+        oracles.reference_focal_map([1.0], 1.0)
+    with pytest.raises(ValueError, match=r"^dps must"):
+        oracles.reference_focal_map([0.5, 0.5], 1.0, dps=10)
+
+
+@pytest.mark.parametrize("gamma", [-1.0, -0.5, 0.5, 2.0, 7.0])
+def test_float64_oracles_agree_with_each_other_and_with_mpmath(gamma):
+    import mpmath
+
+    rng = np.random.default_rng(3)
+    q = rng.dirichlet(np.ones(4), size=50).clip(1e-4, None)
+    q /= q.sum(-1, keepdims=True)
+    # K&K Eq. (1) and Charoenphakdee's Psi are the same map, typed from two papers
+    np.testing.assert_allclose(oracles.kk_eq1(q, gamma), oracles.psi_charoenphakdee(q, gamma), rtol=1e-12)
+    rows = [[mpmath.mpf(float(x)) for x in row] for row in q[:5]]
+    with mpmath.workdps(40):
+        rows = [[x / mpmath.fsum(row) for x in row] for row in rows]  # on the simplex at 40 digits
+    ref = np.array([[float(v) for v in oracles.reference_focal_map(row, gamma)] for row in rows])
+    np.testing.assert_allclose(oracles.kk_eq1(q[:5], gamma), ref, rtol=1e-12)
+    # Mukhoti's g is Charoenphakdee's phi = -v l'(v)
+    v = np.array([1e-3, 0.1, 0.5, 0.9])
+    np.testing.assert_allclose(oracles.g_mukhoti(v, gamma), [float(oracles.phi_mp(x, gamma)) for x in v],
+                               rtol=1e-12)
+    # K&K Prop. 3's logit form is the log-odds of their Prop. 2 map
+    for s in [-3.0, 0.25, 2.0]:
+        p2 = oracles.kk_prop2_mp(1 / (1 + math.exp(-s)), gamma)
+        with mpmath.workdps(50):
+            assert abs(oracles.kk_prop3_logit_mp(s, gamma) - mpmath.log(p2 / (1 - p2))) < mpmath.mpf(10) ** -12
+
+
+def test_mpmath_oracles_reject_bad_input():
+    with pytest.raises(ValueError, match=r"^q must"):
+        oracles.kk_prop2_mp(1.0, 1.0)
+    with pytest.raises(ValueError, match=r"^gamma must"):
+        oracles.kk_prop2_mp(0.5, -1.5)
+    with pytest.raises(ValueError, match=r"^s must"):
+        oracles.kk_prop3_logit_mp(float("inf"), 1.0)
+    with pytest.raises(ValueError, match=r"^v must"):
+        oracles.phi_mp(0.0, 1.0)
 
 
 # ------------------------------------------------------------------------------------------

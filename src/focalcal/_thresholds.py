@@ -173,9 +173,9 @@ def _as_gamma_array(gamma: ArrayLike, name: str, minimum: float, open_min: bool)
     """Validate a scalar-function argument; return it as float64 NumPy and whether it was a number."""
     scalar = _is_python_scalar(gamma)
     if scalar:
-        g = check_gamma(gamma, name=name, minimum=minimum)
-        if open_min and g <= minimum:
-            raise ValueError(f"{name} must be > {minimum:g}, got {g:g}")
+        g = check_gamma(gamma, name=name, minimum=-math.inf)
+        if (g <= minimum) if open_min else (g < minimum):
+            raise ValueError(f"{name} must be {'>' if open_min else '>='} {minimum:g}, got {g:g}")
         return np.asarray(g, dtype=np.float64), True
     t = as_float_tensor(gamma, name)
     check_nonempty(t, name, min_dim=0)

@@ -6,12 +6,15 @@ printed figure stays readable (colour-blind safe Okabe-Ito palette, distinct lin
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
+from ._validation import ArrayLike
 from .metrics import reliability_data
 
 # Okabe-Ito (colour-blind safe) first, then Tol's muted palette for the rarer methods.
@@ -63,17 +66,18 @@ def color(method: str) -> str:
     raise ValueError(f"method {method!r} has no book colour; known: {', '.join(METHOD_COLORS)}")
 
 
-def gamma_colors(gammas, cmap: str = "viridis") -> list:
-    """Sequential colours for a family of curves indexed by gamma (ordered, print-safe)."""
+def gamma_colors(gammas: Iterable[float], cmap: str = "viridis") -> list[tuple[float, float, float, float]]:
+    """Sequential RGBA colours, one per gamma in ``gammas``, for a family of curves (ordered, print-safe)."""
     gammas = list(gammas)
     cm = mpl.colormaps[cmap]
     n = max(len(gammas) - 1, 1)
     return [cm(0.9 * i / n) for i in range(len(gammas))]
 
 
-def plot_reliability(labels: Any, *, probs: Any = None, logits: Any = None, n_bins: int = 15,
-                     binning: str = "width", method: str = "uncalibrated", title: str | None = None,
-                     axes: Any = None):
+def plot_reliability(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+                     n_bins: int = 15, binning: str = "width", method: str = "uncalibrated",
+                     title: str | None = None,
+                     axes: tuple[Axes, Axes] | None = None) -> tuple[Figure, tuple[Axes, Axes]]:
     """Reliability diagram with gap bars and a bin-count histogram (as Mukhoti et al. 2020, Fig. 1).
 
     Top panel: accuracy per bin (bars in the book colour of ``method``), the gap to the bin's mean

@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -95,6 +94,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 from . import maps
 from ._validation import (
+    ArrayLike,
     as_float_tensor,
     check_choice,
     check_finite,
@@ -144,7 +144,7 @@ class NotFittedError(ValueError, AttributeError):
 # argument handling
 # ============================================================================================
 
-def _check_fit_args(logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_fit_args(logits: ArrayLike, labels: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
     """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device."""
     z = check_logits(logits, "logits")
     if z.dim() != 2:
@@ -153,7 +153,7 @@ def _check_fit_args(logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Tenso
     return z.detach().to(torch.float64), y.to(z.device)
 
 
-def _check_grid(values: Any, name: str, *, lower: float | None = None, open_lower: bool = True,
+def _check_grid(values: ArrayLike, name: str, *, lower: float | None = None, open_lower: bool = True,
                 positive: bool = False) -> torch.Tensor:
     """A non-empty 1-D float64 grid of finite values (``> lower`` / ``>= lower``, or ``> 0``)."""
     if isinstance(values, (int, float, np.number)):
@@ -172,7 +172,7 @@ def _check_grid(values: Any, name: str, *, lower: float | None = None, open_lowe
     return t
 
 
-def _check_bounds(bounds: Any) -> tuple[float, float]:
+def _check_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
     try:
         lo, hi = bounds
     except (TypeError, ValueError) as err:
@@ -340,7 +340,7 @@ def _paired_scores(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Te
     return scores
 
 
-def focal_ts_scores(logits: Any, labels: Any, *, gammas: Sequence[float] = KK_GAMMAS,
+def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[float] = KK_GAMMAS,
                     temperatures: Sequence[float] = KK_TEMPERATURES, criterion: str = "ece_mass",
                     n_bins: int = 15) -> torch.Tensor:
     r"""Selection score of focal temperature scaling on a whole ``(gamma, T)`` grid.
@@ -432,7 +432,7 @@ class _Calibrator(torch.nn.Module):
                 f"This {type(self).__name__} instance is not fitted yet. Call "
                 f"'fit(logits, labels)' on held-out data before 'predict_proba' or 'forward'.")
 
-    def _check_predict_logits(self, logits: Any) -> torch.Tensor:
+    def _check_predict_logits(self, logits: ArrayLike) -> torch.Tensor:
         z = check_logits(logits, "logits")
         k = getattr(self, "n_classes_", None)
         if k is not None and z.shape[-1] != k:
@@ -440,18 +440,18 @@ class _Calibrator(torch.nn.Module):
                              f"calibrator was fitted on {k}")
         return z
 
-    def predict_proba(self, logits: Any) -> torch.Tensor:
+    def predict_proba(self, logits: ArrayLike) -> torch.Tensor:
         """Calibrated probabilities, shape ``(..., K)``, dtype of ``logits``; rows sum to 1."""
         return torch.exp(self.forward(logits))
 
-    def get_extra_state(self) -> dict[str, Any]:
+    def get_extra_state(self) -> dict[str, object]:
         state = {"_is_fitted": getattr(self, "_is_fitted", False)}
         for name in self._fitted_names:
             if hasattr(self, name):
                 state[name] = getattr(self, name)
         return state
 
-    def set_extra_state(self, state: dict[str, Any]) -> None:
+    def set_extra_state(self, state: dict[str, object]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
 
@@ -549,7 +549,7 @@ class TemperatureScaling(_Calibrator):
             s += f", temperature_={self.temperature_:.6g}"
         return s
 
-    def fit(self, logits: Any, labels: Any) -> TemperatureScaling:
+    def fit(self, logits: ArrayLike, labels: ArrayLike) -> TemperatureScaling:
         """Fit ``T`` on ``logits`` of shape ``(N, K)`` and ``labels`` of shape ``(N,)``; return ``self``."""
         z, y = _check_fit_args(logits, labels)
         gamma = 0.0 if self.gamma is None else self.gamma
@@ -595,7 +595,7 @@ class TemperatureScaling(_Calibrator):
             return math.exp(float(res.x)), float(res.fun)
         return math.exp(float(taus[i])), float(risk[i])
 
-    def forward(self, logits: Any) -> torch.Tensor:
+    def forward(self, logits: ArrayLike) -> torch.Tensor:
         """Log-probabilities ``log softmax(logits / T)`` (or their Psi image), shape ``(..., K)``."""
         self._require_fitted()
         z = self._check_predict_logits(logits)
@@ -682,7 +682,7 @@ class FocalTemperatureScaling(_Calibrator):
             s += f", gamma_={self.gamma_:g}, temperature_={self.temperature_:.6g}"
         return s
 
-    def fit(self, logits: Any, labels: Any) -> FocalTemperatureScaling:
+    def fit(self, logits: ArrayLike, labels: ArrayLike) -> FocalTemperatureScaling:
         """Select ``(gamma_ev, T)`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``."""
         z, y = _check_fit_args(logits, labels)
         prob = _TopClassProblem(z, y)
@@ -719,7 +719,7 @@ class FocalTemperatureScaling(_Calibrator):
         self._is_fitted = True
         return self
 
-    def forward(self, logits: Any) -> torch.Tensor:
+    def forward(self, logits: ArrayLike) -> torch.Tensor:
         """Log-probabilities ``log focal_map(softmax(logits / T), gamma_ev)``, shape ``(..., K)``."""
         self._require_fitted()
         z = self._check_predict_logits(logits)
@@ -751,13 +751,13 @@ class PsiCorrection(_Calibrator):
     def extra_repr(self) -> str:
         return f"gamma={self.gamma:g}"
 
-    def fit(self, logits: Any, labels: Any) -> PsiCorrection:
+    def fit(self, logits: ArrayLike, labels: ArrayLike) -> PsiCorrection:
         """Validate ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; nothing to fit. Returns ``self``."""
         z, _ = _check_fit_args(logits, labels)
         self.n_classes_ = int(z.shape[1])
         return self
 
-    def forward(self, logits: Any) -> torch.Tensor:
+    def forward(self, logits: ArrayLike) -> torch.Tensor:
         """Log-probabilities ``log Psi^gamma(softmax(logits))``, shape ``(..., K)``."""
         z = self._check_predict_logits(logits)
         return maps.log_focal_map_from_logits(z, self.gamma)

@@ -16,8 +16,9 @@ Kull (2024) do, but vectorised and with the ranges stated:
   map on a grid of logits;
 - :func:`refute_at` records a counterexample (a point where a claimed relation fails, evaluated
   in mpmath) as a ``refuted`` verdict of :mod:`focalcal_book.verify`;
-- :func:`reference_focal_map` evaluates the focal calibration map in mpmath at any precision, the
-  slow reference that float64 screens are confirmed against.
+- :func:`reference_focal_map` (from :mod:`focalcal_book.oracles`, the one copy of the papers'
+  formulas) evaluates the focal calibration map in mpmath at any precision, the slow reference
+  that float64 screens are confirmed against.
 
 Conventions: probabilities are ``(..., K)`` tensors whose last dimension indexes classes; TS with
 temperature ``T`` maps logits ``z`` to ``softmax(z / T)``; results are float64 tensors (or python
@@ -27,8 +28,6 @@ floats for scalars) because these functions serve claim checking, not training.
 from __future__ import annotations
 
 import math
-from typing import Any
-
 from collections.abc import Callable, Mapping
 
 import mpmath
@@ -37,8 +36,10 @@ import sympy as sp
 import torch
 from scipy.optimize import minimize_scalar
 
+from focalcal._validation import ArrayLike, as_float_tensor, check_finite, check_int, check_nonempty, check_positive
+
+from .oracles import reference_focal_map
 from .verify import REFUTED, Verdict
-from focalcal._validation import as_float_tensor, check_finite, check_gamma, check_int, check_nonempty, check_positive
 
 __all__ = [
     "simplex_grid",
@@ -102,7 +103,7 @@ def simplex_grid(n: int, k: int = 3, *, interior: bool = False,
     return torch.as_tensor(counts, dtype=dtype) / n
 
 
-def barycentric_to_cartesian(probs: Any) -> torch.Tensor:
+def barycentric_to_cartesian(probs: ArrayLike) -> torch.Tensor:
     """Ternary-plot coordinates of 3-class probability vectors.
 
     Parameters
@@ -174,7 +175,7 @@ def _max_ts_error(logits: torch.Tensor, target: torch.Tensor, inv_temperatures: 
     return (probs - target[None]).abs().amax(dim=(-2, -1))
 
 
-def minimax_inverse_temperature(logits: Any, target: Any, *, bounds: tuple[float, float],
+def minimax_inverse_temperature(logits: ArrayLike, target: ArrayLike, *, bounds: tuple[float, float],
                                 n_scan: int = 64, xatol: float = 1e-9,
                                 chunk: int = 16) -> tuple[float, float]:
     """The inverse temperature whose TS map is closest to ``target`` in the worst case.
@@ -242,7 +243,7 @@ def _project_spread(z: torch.Tensor, spread: float) -> torch.Tensor:
     return z - z[..., -1:]
 
 
-def refine_worst_logits(logits: Any, target_fn: Callable[[torch.Tensor], torch.Tensor], inv_temperature: float, *,
+def refine_worst_logits(logits: ArrayLike, target_fn: Callable[[torch.Tensor], torch.Tensor], inv_temperature: float, *,
                         spread: float, n_points: int = 32, steps: int = 150, lr: float = 0.05) -> torch.Tensor:
     """Move the logits where TS is worst further uphill (local maxima of the discrepancy).
 
@@ -353,7 +354,7 @@ def adaptive_minimax_inverse_temperature(target_fn: Callable[[torch.Tensor], tor
     return b, err, z
 
 
-def tightest_temperature_bounds(logits: Any, mapped_logits: Any) -> tuple[float, float]:
+def tightest_temperature_bounds(logits: ArrayLike, mapped_logits: ArrayLike) -> tuple[float, float]:
     """The two TS maps that sandwich a binary calibration map on a grid of logits.
 
     For a map ``s -> m(s)`` on log-odds with ``m(s) / s > 0`` for ``s != 0``, temperature
@@ -392,59 +393,6 @@ def tightest_temperature_bounds(logits: Any, mapped_logits: Any) -> tuple[float,
     return 1.0 / float(ratio.max()), 1.0 / float(ratio.min())
 
 
-def reference_focal_map(q: Any, gamma: Any, *, dps: int = 30) -> list:
-    r"""The focal calibration map of one probability vector, in mpmath at ``dps`` digits.
-
-    Evaluates K&K (2024) Eq. (1), :math:`\hat p_j \propto 1/\ell'_\gamma(q_j)` with
-    :math:`\ell'_\gamma(q) = \gamma(1-q)^{\gamma-1}\log q - (1-q)^\gamma/q`, term by term. It is
-    deliberately the direct formula (no log-odds tricks) so that it is an independent reference
-    for :func:`focalcal.maps.focal_map`; use it on a handful of points, not on grids.
-
-    Parameters
-    ----------
-    q : sequence of numbers, shape (K,), K >= 2
-        Entries in (0, 1) summing to 1 within ``10**-(dps-5)``. Strings such as ``"0.33"``,
-        integers ratios (``fractions.Fraction``, ``sympy.Rational``) and mpmath numbers are taken
-        exactly; python floats are read as their shortest decimal ``repr`` (so ``0.33`` means
-        33/100), which is why vectors like ``[0.8 / 99] * 99`` must be passed as fractions.
-    gamma : number, >= -1
-    dps : int
-        Working precision in decimal digits (>= 15).
-
-    Returns
-    -------
-    list of mpmath.mpf, length K
-        The mapped vector (sums to 1 at ``dps`` digits).
-    """
-    dps = check_int(dps, "dps", minimum=15)
-    if isinstance(q, torch.Tensor):
-        q = q.detach().cpu().tolist()
-    try:
-        items = list(q)
-    except TypeError as err:
-        raise ValueError(f"q must be a sequence of probabilities, got {type(q).__name__}") from err
-    if len(items) < 2:
-        raise ValueError(f"q must have at least 2 entries, got {len(items)}")
-    with mpmath.workdps(dps + 10):
-        g = mpmath.mpf(str(check_gamma(gamma))) if not isinstance(gamma, (mpmath.mpf, str)) else mpmath.mpf(gamma)
-        if g < -1:
-            raise ValueError(f"gamma must be >= -1, got {gamma}")
-        vals = []
-        for v in items:
-            x = mpmath.mpf(v.numerator) / v.denominator if hasattr(v, "numerator") and not isinstance(v, float) \
-                else mpmath.mpf(v if isinstance(v, (str, mpmath.mpf)) else repr(float(v)))
-            vals.append(x)
-        if any(not (0 < x < 1) for x in vals):
-            raise ValueError("q must have every entry in the open interval (0, 1)")
-        if abs(mpmath.fsum(vals) - 1) > mpmath.mpf(10) ** (-(dps - 5)):
-            raise ValueError(f"q must sum to 1, got {mpmath.nstr(mpmath.fsum(vals), 12)}")
-        inv = [1 / (g * (1 - x) ** (g - 1) * mpmath.log(x) - (1 - x) ** g / x) for x in vals]
-        total = mpmath.fsum(inv)
-        out = [w / total for w in inv]
-    with mpmath.workdps(dps):
-        return [+x for x in out]
-
-
 _RELATIONS = {
     "==": lambda a, b, tol: abs(a - b) <= tol * max(mpmath.mpf(1), abs(a)),
     "<=": lambda a, b, tol: a <= b,
@@ -454,7 +402,7 @@ _RELATIONS = {
 }
 
 
-def refute_at(claim: str, lhs: Any, rhs: Any, point: Mapping, *, relation: str = "==",
+def refute_at(claim: str, lhs: sp.Expr | float, rhs: sp.Expr | float, point: Mapping, *, relation: str = "==",
               dps: int = 30) -> Verdict:
     """Record that ``lhs <relation> rhs`` fails at ``point``: a ``refuted`` verdict.
 
