@@ -30,13 +30,12 @@ both papers). Bad input raises ``ValueError`` naming the argument.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
 
 from focalcal import maps
-from focalcal._validation import as_float_tensor, check_gamma, check_int, check_nonempty, check_probs
+from focalcal._validation import ArrayLike, as_float_tensor, check_gamma, check_int, check_nonempty, check_probs
 
 __all__ = [
     "ETA_UNDERCONFIDENT",
@@ -59,15 +58,15 @@ ETA_EXACT = 0
 ETA_OVERCONFIDENT = 1
 
 
-def _gamma(gamma: Any) -> float:
+def _gamma(gamma: float) -> float:
     # Both papers define focal loss for gamma >= 0; the convexity that makes a stationary point the
     # minimiser (l'' > 0) is only established there.
     return check_gamma(gamma, minimum=0.0)
 
 
-def _pair(q: Any, eta: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    qt = check_probs(q, "q")
-    et = check_probs(eta, "eta")
+def _pair(q: ArrayLike, eta: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
+    qt = check_probs(q, "q", hint="")
+    et = check_probs(eta, "eta", hint="")
     if qt.shape[-1] != et.shape[-1]:
         raise ValueError(f"q and eta must have the same number of classes, got {qt.shape[-1]} and "
                          f"{et.shape[-1]}")
@@ -130,7 +129,7 @@ def sample_simplex(n: int, n_classes: int, *, concentrations: tuple[float, ...] 
 # the pointwise focal risk and its minimiser
 # ============================================================================================
 
-def focal_risk(q: Any, eta: Any, gamma: float) -> torch.Tensor:
+def focal_risk(q: ArrayLike, eta: ArrayLike, gamma: float) -> torch.Tensor:
     r"""Pointwise conditional focal risk :math:`W(q;\eta) = \sum_i \eta_i\,\ell_\gamma(q_i)`.
 
     Charoenphakdee et al. (2021) Eq. (7) with the focal loss Eq. (5); for ``K = 2`` and
@@ -186,7 +185,7 @@ def _one_minus(q: torch.Tensor) -> torch.Tensor:
     return torch.where(is_top, rest.expand_as(q), 1 - q)
 
 
-def focal_risk_minimizer(eta: Any, gamma: float, *, max_iter: int = 100, tol: float = 1e-13) -> torch.Tensor:
+def focal_risk_minimizer(eta: ArrayLike, gamma: float, *, max_iter: int = 100, tol: float = 1e-13) -> torch.Tensor:
     r"""Numerical minimiser of :math:`W(\cdot;\eta)` over the simplex (an independent oracle).
 
     Equality-constrained damped Newton in ``q`` on the support of :math:`\eta`, vectorised over
@@ -219,7 +218,7 @@ def focal_risk_minimizer(eta: Any, gamma: float, *, max_iter: int = 100, tol: fl
         Agrees with the exact minimiser to ~1e-13 relative in float64; one-hot rows are returned
         unchanged.
     """
-    et = check_probs(eta, "eta")
+    et = check_probs(eta, "eta", hint="")
     g = _gamma(gamma)
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     if not (math.isfinite(tol) and tol > 0):
@@ -275,7 +274,7 @@ def focal_risk_minimizer(eta: Any, gamma: float, *, max_iter: int = 100, tol: fl
     return q.reshape(shape).to(et.dtype)
 
 
-def stationarity_spread(q: Any, eta: Any, gamma: float) -> torch.Tensor:
+def stationarity_spread(q: ArrayLike, eta: ArrayLike, gamma: float) -> torch.Tensor:
     r"""Distance of ``q`` from the first-order condition of :math:`\min_q W(q;\eta)`.
 
     On the simplex, ``q`` with the same support as :math:`\eta` is stationary iff
@@ -317,7 +316,7 @@ def stationarity_spread(q: Any, eta: Any, gamma: float) -> torch.Tensor:
 # eta-over/under-confidence (Charoenphakdee Def. 7) and order preservation (Thm. 3)
 # ============================================================================================
 
-def confidence_gap(q: Any, eta: Any) -> torch.Tensor:
+def confidence_gap(q: ArrayLike, eta: ArrayLike) -> torch.Tensor:
     r""":math:`\max_y q_y - \max_y \eta_y` (Charoenphakdee et al. (2021) Eqs. (8)-(9)).
 
     Positive: ``q`` is :math:`\eta`-over-confident; negative: :math:`\eta`-under-confident.
@@ -335,7 +334,7 @@ def confidence_gap(q: Any, eta: Any) -> torch.Tensor:
     return qt.to(dtype).amax(-1) - et.to(dtype).amax(-1)
 
 
-def classify_confidence(q: Any, eta: Any, *, atol: float = 0.0) -> torch.Tensor:
+def classify_confidence(q: ArrayLike, eta: ArrayLike, *, atol: float = 0.0) -> torch.Tensor:
     """Def. 7 of Charoenphakdee et al. (2021) as integer codes.
 
     Parameters
@@ -357,7 +356,7 @@ def classify_confidence(q: Any, eta: Any, *, atol: float = 0.0) -> torch.Tensor:
     return code.to(torch.int64)
 
 
-def strictly_order_preserving(a: Any, b: Any) -> torch.Tensor:
+def strictly_order_preserving(a: ArrayLike, b: ArrayLike) -> torch.Tensor:
     r"""Whether :math:`a_i < a_j \Rightarrow b_i < b_j` for all classes ``i, j`` of each row.
 
     Charoenphakdee et al. (2021), Sec. 3: the strict order-preserving property that makes a loss
@@ -395,7 +394,7 @@ def strictly_order_preserving(a: Any, b: Any) -> torch.Tensor:
     return (b_s > bound).all(-1)
 
 
-def in_uniform_support_set(v: Any, *, atol: float = 1e-12) -> torch.Tensor:
+def in_uniform_support_set(v: ArrayLike, *, atol: float = 1e-12) -> torch.Tensor:
     r"""Membership of :math:`\mathcal S^K = \{v\in\Delta^K : v_i \in \{0, \max_j v_j\}\}`.
 
     Charoenphakdee et al. (2021), Prop. 6: vectors uniform on a subset of classes and zero elsewhere
@@ -412,7 +411,7 @@ def in_uniform_support_set(v: Any, *, atol: float = 1e-12) -> torch.Tensor:
     -------
     torch.Tensor of bool, shape ``v.shape[:-1]``
     """
-    vt = check_probs(v, "v")
+    vt = check_probs(v, "v", hint="")
     if not (math.isfinite(atol) and atol >= 0):
         raise ValueError(f"atol must be a non-negative number, got {atol!r}")
     top = vt.amax(-1, keepdim=True)
