@@ -81,6 +81,7 @@ from ._logodds import (
     _elementwise_real,
     _elementwise_unit,
     _ell,
+    _g_like,
     _ell_ext,
     _gamma_arg,
     _is_const,
@@ -90,7 +91,6 @@ from ._logodds import (
     _r_parts,
     _row_log_odds,
     _softplus,
-    _g_like,
     _work_dtype,
 )
 from ._thresholds import gamma_star, lambertw, tau_oc, tau_uc, ts_bounds
@@ -138,7 +138,7 @@ def focal_loss_term(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor, same shape as ``q``
+    torch.Tensor, same shape and dtype as ``q``
         ``+inf`` at ``q = 0``; at ``q = 1`` it is ``0`` except for ``gamma = -1`` where the limit is
         ``1``. Evaluated as ``exp(-gamma softplus(s) + log softplus(-s))`` with ``s = logit(q)``.
     """
@@ -171,7 +171,7 @@ def focal_loss_term_grad(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Ten
 
     Returns
     -------
-    torch.Tensor, same shape as ``q``
+    torch.Tensor, same shape and dtype as ``q``
         Negative everywhere on ``(0, 1)`` for ``gamma >= -1``. Limits: ``-inf`` at ``q = 0``; at
         ``q = 1``: ``0`` (``gamma > 0``), ``-1`` (``gamma = 0``), ``-inf`` (``-1 < gamma < 0``),
         ``-1/2`` (``gamma = -1``).
@@ -186,7 +186,6 @@ def focal_loss_term_grad(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Ten
 # Charoenphakdee's phi and h, Mukhoti's g
 # ============================================================================================
 
-
 def phi(v: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     r"""Charoenphakdee et al. (2021) Eq. (10): :math:`\varphi^\gamma(v) = (1-v)^\gamma - \gamma(1-v)^{\gamma-1}v\log v`.
 
@@ -200,7 +199,7 @@ def phi(v: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor, same shape as ``v``
+    torch.Tensor, same shape and dtype as ``v``
         Computed as ``(1 - v)^gamma (1 + gamma r(v))``. Limits: ``phi(0) = 1``; ``phi(1) = 0``
         (``gamma > 0``), ``1`` (``gamma = 0``), ``+inf`` (``-1 < gamma < 0``), ``1/2`` (``gamma = -1``).
     """
@@ -236,7 +235,7 @@ def h(v: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor, same shape as ``v``
+    torch.Tensor, same shape and dtype as ``v``
         ``h(0) = 0``; ``h(1) = +inf`` (``gamma > 0``), ``1`` (``gamma = 0``), ``0``
         (``-1 < gamma < 0``), ``2`` (``gamma = -1``). Values beyond the dtype's range overflow to
         ``inf`` (e.g. ``gamma = 10`` and ``1 - v < 1e-4`` in float32).
@@ -277,11 +276,11 @@ def focal_map(probs: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
         for every ``gamma >= -1``, see the module docstring). The argmax is preserved
         (Charoenphakdee Prop. 12; also for ``-1 <= gamma < 0``).
 
+    Notes
+    -----
     Whether the map raises the top probability (K&K Prop. 5, with its erratum): see the book,
     *Theory > Errata* and ``book/theory/kk_multiclass.md``.
 
-    Notes
-    -----
     Computed on the per-class log-odds with ``1 - q_top`` taken as the sum of the other entries, so a
     row such as ``(1.0, 1e-30, 0)`` is still mapped correctly. Gradients are not propagated through
     entries that are exactly 0 or rows that are exactly one-hot. For logits prefer
@@ -377,7 +376,7 @@ def binary_focal_logit(s: ArrayLike, gamma: float | torch.Tensor) -> torch.Tenso
 
     Returns
     -------
-    torch.Tensor, same shape as ``s``
+    torch.Tensor, same shape and dtype as ``s``
         Exact to a few ulps (relative) for ``|s|`` up to ``1e4`` and beyond, including ``s -> 0``
         and ``gamma = -1`` (where ``logit FC(s) - s -> +-log 2``). Odd in ``s``.
     """
@@ -403,7 +402,7 @@ def binary_focal_map(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor, same shape as ``q``
+    torch.Tensor, same shape and dtype as ``q``
         ``sigmoid(binary_focal_logit(logit(q)))``; ``0 -> 0``, ``1 -> 1``, ``1/2 -> 1/2``. Equals
         ``focal_map`` on the rows ``(1 - q, q)``.
     """
