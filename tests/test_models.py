@@ -142,7 +142,7 @@ def test_cnn_backward_gives_finite_gradients():
 # ----------------------------------------------------------------------------------- registry ---
 
 def test_make_model_unknown_name_lists_valid():
-    with pytest.raises(ValueError, match="resnet50") as err:
+    with pytest.raises(ValueError, match="^name must be one of 'mlp', 'cnn', 'resnet50'") as err:
         make_model("resnet18", 10)
     assert "densenet121" in str(err.value)
 
@@ -177,5 +177,5 @@ def test_last_linear():
     assert last_linear(m) is m.classifier
     seq = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
     assert last_linear(seq) is seq[2]
-    with pytest.raises(ValueError, match="no nn.Linear"):
+    with pytest.raises(ValueError, match="^model Sequential has no nn.Linear layer"):
         last_linear(nn.Sequential(nn.ReLU()))

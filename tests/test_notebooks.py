@@ -14,7 +14,7 @@ import nbformat
 import papermill as pm
 import pytest
 
-from focalcal.lab import report, sweep
+from focalcal.lab import results, sweep
 from focalcal.lab.io import torch_load
 
 TEMPLATES = sweep.templates_dir()
@@ -75,8 +75,8 @@ def test_templates_execute_with_defaults(tmp_path):
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert config["loss"] == "focal" and json.loads(config["loss_params"]) == {"gamma": 3.0}
     rows = json.loads((run_dir / "calibration.json").read_text())
-    assert [r["method"] for r in rows] == list(report.METHODS)
-    psi = rows[report.METHODS.index("Psi")]
+    assert [r["method"] for r in rows] == list(results.METHODS)
+    psi = rows[results.METHODS.index("Psi")]
     assert psi["gamma_ev"] == 3.0  # the focal training gamma reaches Psi
     # the results are glued for a book page
     out = nbformat.read(tmp_path / "posthoc_calibration.out.ipynb", as_version=4)

@@ -1,9 +1,10 @@
-"""focalcal.lab.report: run loading, the post-hoc protocol, Table-1 aggregation, training histories."""
+"""focalcal.lab.results: run loading, the post-hoc protocol, Table-1 aggregation, training histories, figures."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from focalcal import metrics
-from focalcal.lab import report
+from focalcal.lab import results
 from focalcal.lab.io import atomic_torch_save, atomic_write_json
 from focalcal.posthoc import KK_TEMPERATURES, PsiCorrection
 
@@ -30,39 +31,39 @@ def overconfident_logits(n: int, k: int = 5, scale: float = 3.0, seed: int = 0):
 # ------------------------------------------------------------------------------ small helpers ---
 
 def test_temperature_grid_is_kk_grid_and_validates():
-    assert report.temperature_grid() == KK_TEMPERATURES
-    assert report.temperature_grid(50) == tuple(k / 10 for k in range(1, 51))
-    assert report.temperature_grid(4, 2.0) == (0.5, 1.0, 1.5, 2.0)
+    assert results.temperature_grid() == KK_TEMPERATURES
+    assert results.temperature_grid(50) == tuple(k / 10 for k in range(1, 51))
+    assert results.temperature_grid(4, 2.0) == (0.5, 1.0, 1.5, 2.0)
     with pytest.raises(ValueError, match="n must be an integer"):
-        report.temperature_grid(0)
+        results.temperature_grid(0)
     with pytest.raises(ValueError, match="t_max"):
-        report.temperature_grid(10, -1.0)
+        results.temperature_grid(10, -1.0)
 
 
 def test_training_gamma_only_for_plain_focal():
-    assert report.training_gamma("focal", {"gamma": 2.0}) == 2.0
-    assert report.training_gamma("focal") == 3.0  # FocalLoss's default
+    assert results.training_gamma("focal", {"gamma": 2.0}) == 2.0
+    assert results.training_gamma("focal") == 3.0  # FocalLoss's default
     for name in ("ce", "inverse_focal", "flsd53", "dual_focal", "brier", "flsc531", "adafocal"):
-        assert report.training_gamma(name) == 0.0, name
-    with pytest.raises(ValueError, match="valid names: ce, focal"):
-        report.training_gamma("focall")
-    with pytest.raises(ValueError, match="valid parameters: gamma"):
-        report.training_gamma("focal", {"gama": 1.0})
+        assert results.training_gamma(name) == 0.0, name
+    with pytest.raises(ValueError, match="loss must be one of ce, focal"):
+        results.training_gamma("focall")
+    with pytest.raises(ValueError, match="loss_params of 'focal'.*valid parameters: gamma"):
+        results.training_gamma("focal", {"gama": 1.0})
 
 
 def test_runs_dir_env(monkeypatch, tmp_path):
     monkeypatch.setenv("FOCALCAL_RUNS", str(tmp_path))
-    assert report.runs_dir() == tmp_path
+    assert results.runs_dir() == tmp_path
     monkeypatch.delenv("FOCALCAL_RUNS")
-    assert report.runs_dir().parts[-2:] == ("runs", "cpu")
-    assert report.runs_dir("elsewhere") == report.Path("elsewhere")
+    assert results.runs_dir().parts[-2:] == ("runs", "cpu")
+    assert results.runs_dir("elsewhere") == Path("elsewhere")
 
 
 # ---------------------------------------------------------------------------------- metrics ---
 
 def test_metric_row_matches_direct_formulas():
     z, y = overconfident_logits(600, k=4, seed=1)
-    row = report.metric_row(y, z)
+    row = results.metric_row(y, z)
     p = torch.softmax(z, -1).numpy()
     yn = y.numpy()
     n = len(yn)
@@ -87,7 +88,7 @@ def test_metric_row_matches_direct_formulas():
     assert row["ece_mass"] == pytest.approx(mass, abs=1e-12)
     assert row["classwise_ece"] == pytest.approx(metrics.classwise_ece(y, logits=z), abs=1e-12)
     with pytest.raises(ValueError, match="log_probs"):
-        report.metric_row(y, z[None])
+        results.metric_row(y, z[None])
 
 
 # -------------------------------------------------------------------------------- calibrate ---
@@ -96,8 +97,8 @@ def test_metric_row_matches_direct_formulas():
 def calibrated():
     zv, yv = overconfident_logits(1500, seed=2)
     zt, yt = overconfident_logits(1500, seed=3)
-    temps = report.temperature_grid(60, 6.0)
-    cal = report.calibrate(zv, yv, zt, yt, train_gamma=2.0, temperatures=temps,
+    temps = results.temperature_grid(60, 6.0)
+    cal = results.calibrate(zv, yv, zt, yt, train_gamma=2.0, temperatures=temps,
                            gammas=(-0.25, 0.0, 0.5, 1.0))
     return cal, (zv, yv, zt, yt, temps)
 
@@ -105,7 +106,7 @@ def calibrated():
 def test_calibrate_rows_protocol(calibrated):
     cal, (zv, yv, zt, yt, temps) = calibrated
     rows = {r["method"]: r for r in cal.rows}
-    assert [r["method"] for r in cal.rows] == list(report.METHODS)
+    assert [r["method"] for r in cal.rows] == list(results.METHODS)
     json.dumps(cal.rows, allow_nan=False)  # strict JSON: what calibration.json must hold
     # no calibrator changes the argmax
     assert len({r["accuracy"] for r in cal.rows}) == 1
@@ -136,44 +137,44 @@ def test_calibrate_log_probs_match_rows_and_apply_calibration(calibrated):
         lp = cal.log_probs[row["method"]]
         assert lp.dtype == torch.float64 and lp.shape == zt.shape
         assert torch.isfinite(lp).all()
-        assert report.metric_row(yt, lp) == pytest.approx({k: row[k] for k in report.METRICS}, abs=1e-12)
+        assert results.metric_row(yt, lp) == pytest.approx({k: row[k] for k in results.METRICS}, abs=1e-12)
         # a stored row reproduces its predictions without refitting
-        again = report.apply_calibration(row, zt.float())
+        again = results.apply_calibration(row, zt.float())
         torch.testing.assert_close(again.exp(), lp.exp(), atol=1e-6, rtol=0)
 
 
 def test_calibrate_float32_and_psi_identity():
     zv, yv = overconfident_logits(400, seed=4)
     zt, yt = overconfident_logits(300, seed=5)
-    temps = report.temperature_grid(20, 4.0)
-    c64 = report.calibrate(zv, yv, zt, yt, temperatures=temps, gammas=(0.0, 1.0))
-    c32 = report.calibrate(zv.float(), yv, zt.float(), yt, temperatures=temps, gammas=(0.0, 1.0))
+    temps = results.temperature_grid(20, 4.0)
+    c64 = results.calibrate(zv, yv, zt, yt, temperatures=temps, gammas=(0.0, 1.0))
+    c32 = results.calibrate(zv.float(), yv, zt.float(), yt, temperatures=temps, gammas=(0.0, 1.0))
     for a, b in zip(c64.rows, c32.rows):
         assert a["temperature"] == b["temperature"] and a["gamma_ev"] == b["gamma_ev"]
         assert a["nll"] == pytest.approx(b["nll"], rel=1e-5)
     rows = {r["method"]: r for r in c64.rows}
     # train_gamma = 0: Psi is the identity
-    assert {k: rows["Psi"][k] for k in report.METRICS} == pytest.approx(
-        {k: rows["uncalibrated"][k] for k in report.METRICS}, abs=1e-12)
+    assert {k: rows["Psi"][k] for k in results.METRICS} == pytest.approx(
+        {k: rows["uncalibrated"][k] for k in results.METRICS}, abs=1e-12)
 
 
 def test_calibrate_extreme_logits_stay_finite():
     zv, yv = overconfident_logits(300, seed=6)
     zt, yt = overconfident_logits(300, seed=7)
-    cal = report.calibrate(zv * 1e3, yv, zt * 1e3, yt, train_gamma=3.0,
-                           temperatures=report.temperature_grid(10), gammas=(0.0, 5.0))
+    cal = results.calibrate(zv * 1e3, yv, zt * 1e3, yt, train_gamma=3.0,
+                           temperatures=results.temperature_grid(10), gammas=(0.0, 5.0))
     json.dumps(cal.rows, allow_nan=False)
     assert all(math.isfinite(r["nll"]) for r in cal.rows)
 
 
 def test_calibrate_bad_input():
     z, y = overconfident_logits(50)
-    with pytest.raises(ValueError, match="same K"):
-        report.calibrate(z, y, z[:, :3], y.clamp(max=2))
+    with pytest.raises(ValueError, match="val_logits and test_logits must have shapes"):
+        results.calibrate(z, y, z[:, :3], y.clamp(max=2))
     with pytest.raises(ValueError, match="val_labels"):
-        report.calibrate(z, y[:10], z, y)
+        results.calibrate(z, y[:10], z, y)
     with pytest.raises(ValueError, match="test_logits"):
-        report.calibrate(z, y, z * float("nan"), y)
+        results.calibrate(z, y, z * float("nan"), y)
 
 
 # --------------------------------------------------------------------------------- run folder ---
@@ -191,15 +192,15 @@ def write_run(d, *, history=True):
 
 def test_load_run_roundtrip_and_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
-        report.load_run(tmp_path)
+        results.load_run(tmp_path)
     write_run(tmp_path)
-    run = report.load_run(tmp_path)
+    run = results.load_run(tmp_path)
     assert run.loss_params == {"gamma": 1.0}
     assert run.val_logits.shape == (60, 5) and run.test_labels.shape == (60,)
     assert run.history == [{"epoch": 1}] and run.calibration is None
     atomic_torch_save({"val_logits": run.val_logits, "val_labels": run.val_labels}, tmp_path / "logits.pt")
     with pytest.raises(ValueError, match="test_logits"):
-        report.load_run(tmp_path)
+        results.load_run(tmp_path)
 
 
 # ---------------------------------------------------------------------------------- Table 1 ---
@@ -228,7 +229,7 @@ def fake_results() -> pd.DataFrame:
 
 
 def test_table1_means_stds_and_selected_parameters():
-    t = report.table1(fake_results())
+    t = results.table1(fake_results())
     assert list(t["calibration"]) == ["uncalibrated", "TS", "focal TS"] * 2
     ce = t[t["loss_label"] == "cross-entropy"].set_index("calibration")
     assert ce.loc["TS", "n_seeds"] == 2
@@ -244,39 +245,39 @@ def test_table1_means_stds_and_selected_parameters():
     fo = t[t["loss_label"] == "focal (gamma=3)"].set_index("calibration")
     assert fo.loc["TS", "n_seeds"] == 1 and math.isnan(fo.loc["TS", "ece_std"])
     # filtering and ordering by losses; unknown labels skipped
-    t2 = report.table1(fake_results(), losses=["focal (gamma=3)", "nope", "cross-entropy"])
+    t2 = results.table1(fake_results(), losses=["focal (gamma=3)", "nope", "cross-entropy"])
     assert list(dict.fromkeys(t2["loss_label"])) == ["focal (gamma=3)", "cross-entropy"]
-    assert report.table1(fake_results(), dataset="cifar10").empty
+    assert results.table1(fake_results(), dataset="cifar10").empty
 
 
 def test_format_table1_and_compare():
-    t = report.table1(fake_results())
-    f = report.format_table1(t)
+    t = results.table1(fake_results())
+    f = results.format_table1(t)
     assert list(f.columns) == ["approach", "accuracy (%)", "log-loss (T)", "ECE (%) (T)"]
     assert f.loc[1, "approach"] == "cross-entropy + TS"
     assert f.loc[1, "accuracy (%)"] == f"90.50 ± {100 * np.std([0.90, 0.91], ddof=1):.2f}"
     assert f.loc[1, "log-loss (T)"].endswith("(1.30)")
     assert f.loc[2, "approach"] == "  + focal TS, γ_ev = -0.25"
     assert "±" not in f.loc[4, "ECE (%) (T)"]  # a single seed has no spread
-    cmp = report.compare_calibrations(t)
+    cmp = results.compare_calibrations(t)
     assert list(cmp["loss_label"]) == ["cross-entropy", "focal (gamma=3)"]
     assert list(cmp["lower"]) == [True, False]
     assert cmp.loc[0, "difference"] == pytest.approx(0.011 - 0.022)
     with pytest.raises(ValueError, match="metric must be one of"):
-        report.compare_calibrations(t, metric="brier")
+        results.compare_calibrations(t, metric="brier")
 
 
 def test_describe_and_representative_runs():
     r = fake_results()
-    d = report.describe_runs(r)
+    d = results.describe_runs(r)
     assert list(d["runs"]) == [2, 1] and list(d["seeds"]) == ["0, 1", "0"]
-    assert report.representative_runs(r) == {"cross-entropy": "cross-entropy-0",
+    assert results.representative_runs(r) == {"cross-entropy": "cross-entropy-0",
                                              "focal (gamma=3)": "focal (gamma=3)-0"}
 
 
 def test_load_results_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="focalcal.lab.sweep"):
-        report.load_results(tmp_path)
+        results.load_results(tmp_path)
 
 
 # -------------------------------------------------------------------------------- histories ---
@@ -293,7 +294,7 @@ def fake_histories() -> pd.DataFrame:
 
 
 def test_nll_overfitting():
-    o = report.nll_overfitting(fake_histories()).set_index("run")
+    o = results.nll_overfitting(fake_histories()).set_index("run")
     assert o.loc["a", "best_epoch"] == 2 and o.loc["a", "nll_rise"] == pytest.approx(0.2)
     assert o.loc["a", "error_drop"] == pytest.approx(0.1) and o.loc["a", "overfits"]
     assert o.loc["b", "best_epoch"] == 4 and o.loc["b", "nll_rise"] == 0 and not o.loc["b", "overfits"]
@@ -309,7 +310,7 @@ def test_load_histories(tmp_path):
             {"epoch": 1, "test_nll": 1.0, "grad_norm_hist": [1, 2]}, {"epoch": 2, "test_nll": 0.5}]})
     res = pd.DataFrame({"run": ["r1", "r1", "r2"], "dataset": "d", "model": "m",
                         "loss_label": ["x", "x", "y"], "seed": [0, 0, 1]})
-    h = report.load_histories(tmp_path, res)
+    h = results.load_histories(tmp_path, res)
     assert len(h) == 4 and "grad_norm_hist" not in h.columns
     assert list(h[h["run"] == "r2"]["test_nll"]) == [1.0, 0.5]
 
@@ -317,21 +318,21 @@ def test_load_histories(tmp_path):
 def test_figures_have_labels():
     import matplotlib.pyplot as plt
 
-    fig, axes = report.plot_training_curves(fake_histories(), panels=("nll", "error"))
+    fig, axes = results.plot_training_curves(fake_histories(), panels=("nll", "error"))
     assert [ax.get_xlabel() for ax in axes] == ["epoch", "epoch"]
     assert axes[0].get_ylabel() == "test NLL (nats)"
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["cross-entropy", "focal (gamma=3)"]
     plt.close(fig)
     z, y = overconfident_logits(200, seed=9)
-    fig, axes = report.plot_reliability_panel(y, {"uncalibrated": z, "TS (ECE)": z / 3}, title="t")
+    fig, axes = results.plot_reliability_panel(y, {"uncalibrated": z, "TS (ECE)": z / 3}, title="t")
     assert axes.shape == (2, 2) and "confidence" in fig.get_supxlabel()
     assert axes[0, 0].get_ylabel() == "accuracy" and axes[1, 0].get_ylabel()
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) >= 2
     assert "TS (ECE)" in axes[0, 1].get_title()
     plt.close(fig)
-    with pytest.raises(ValueError, match="at least one method"):
-        report.plot_reliability_panel(y, {})
+    with pytest.raises(ValueError, match="log_probs must name at least one method"):
+        results.plot_reliability_panel(y, {})
 
 
 # --------------------------------------------------------------- synthetic: true posterior ---
@@ -357,10 +358,10 @@ def test_posterior_kl_against_the_true_posterior(tmp_path):
             {"method": "TS (NLL)", "temperature": 0.5, "gamma_ev": 0.0},
             {"method": "Psi", "temperature": 1.0, "gamma_ev": 3.0}]
     write_synthetic_run(tmp_path / "runs" / "r", q.log(), truth.targets, rows)
-    results = pd.DataFrame({"run": "r", "dataset": "charoenphakdee_1d", "loss": "focal",
-                            "loss_label": "focal (gamma=3)", "seed": 0, "param_gamma": 3.0,
-                            "method": [r["method"] for r in rows]})
-    kl = report.posterior_kl(tmp_path, results)
+    table = pd.DataFrame({"run": "r", "dataset": "charoenphakdee_1d", "loss": "focal",
+                          "loss_label": "focal (gamma=3)", "seed": 0, "param_gamma": 3.0,
+                          "method": [r["method"] for r in rows]})
+    kl = results.posterior_kl(tmp_path, table)
     assert list(kl["method"]) == [r["method"] for r in rows] and (kl["run"] == "r").all()
     assert (kl["param_gamma"] == 3.0).all() and (kl["family"] == ["uncalibrated", "TS", "Psi"]).all()
     kl = kl.set_index("method")["kl_posterior"]
@@ -376,20 +377,20 @@ def test_posterior_kl_against_the_true_posterior(tmp_path):
     assert kl["Psi"] < 1e-8           # ... and Psi maps it back (Charoenphakdee et al., Thm. 11)
     assert kl["TS (NLL)"] == pytest.approx(direct(stored / 0.5), rel=1e-9)
 
-    test = report.synthetic_test_set(report.load_run(tmp_path / "runs" / "r"))
+    test = results.synthetic_test_set(results.load_run(tmp_path / "runs" / "r"))
     assert torch.equal(test.labels, truth.targets) and torch.equal(test.posterior, eta)
     assert test.x.shape == (10_000, 1)
 
 
 def test_synthetic_test_set_refuses_other_runs(tmp_path):
     write_run(tmp_path)  # gaussian_mixture, but its labels are not that task's
-    with pytest.raises(ValueError, match="regenerated test labels"):
-        report.synthetic_test_set(report.load_run(tmp_path))
+    with pytest.raises(ValueError, match="run: the regenerated test labels"):
+        results.synthetic_test_set(results.load_run(tmp_path))
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["config"]["dataset"] = "fashion_mnist"
     atomic_write_json(tmp_path / "config.json", cfg)
-    with pytest.raises(ValueError, match="only the synthetic tasks"):
-        report.synthetic_test_set(report.load_run(tmp_path))
+    with pytest.raises(ValueError, match="run: .* is on dataset 'fashion_mnist'; only the synthetic tasks"):
+        results.synthetic_test_set(results.load_run(tmp_path))
 
 
 def test_posterior_figures_have_labels():
@@ -400,7 +401,7 @@ def test_posterior_figures_have_labels():
 
     truth = SyntheticDataset(charoenphakdee_1d_task(), 500, seed=1, split="test")
     lp = truth.posterior.log()
-    fig, axes = report.plot_posterior_1d(truth.x, truth.posterior, {"a": (lp, "cross-entropy"),
+    fig, axes = results.plot_posterior_1d(truth.x, truth.posterior, {"a": (lp, "cross-entropy"),
                                                                      "b": (lp / 2, "Psi")})
     assert [ax.get_title() for ax in axes] == ["a", "b"]
     assert axes[0].get_xlabel() == "input x" and axes[0].get_ylabel() == "p(y | x)"
@@ -408,15 +409,15 @@ def test_posterior_figures_have_labels():
                                                                   "class 3"]
     assert axes[1].get_lines()[1].get_color() == color("Psi")
     plt.close(fig)
-    with pytest.raises(ValueError, match="same N"):
-        report.plot_posterior_1d(truth.x[:10], truth.posterior, {"a": (lp, "Psi")})
+    with pytest.raises(ValueError, match="x and posterior must have shapes"):
+        results.plot_posterior_1d(truth.x[:10], truth.posterior, {"a": (lp, "Psi")})
     kl = pd.DataFrame({"dataset": "d", "loss_label": ["x", "x", "y", "y"],
                        "method": ["uncalibrated", "Psi"] * 2, "kl_posterior": [0.1, 0.01, 0.2, 0.02]})
-    fig, axes = report.plot_posterior_kl(kl, methods=("uncalibrated", "Psi"))
+    fig, axes = results.plot_posterior_kl(kl, methods=("uncalibrated", "Psi"))
     assert axes[0].get_yscale() == "log" and "KL" in axes[0].get_ylabel()
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["uncalibrated", "Psi"]
     heights = sorted(round(p.get_height(), 6) for p in axes[0].patches)
     assert heights == [0.01, 0.02, 0.1, 0.2]
     plt.close(fig)
-    with pytest.raises(ValueError, match="no rows"):
-        report.plot_posterior_kl(kl.iloc[:0])
+    with pytest.raises(ValueError, match="kl has no rows"):
+        results.plot_posterior_kl(kl.iloc[:0])

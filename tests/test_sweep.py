@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from focalcal.lab import report, sweep
+from focalcal.lab import results, sweep
 from focalcal.lab.data import DATASETS
 from focalcal.losses import LOSSES
 from focalcal.lab.models import MODELS
@@ -58,7 +58,7 @@ def test_run_id_depends_on_every_setting():
     assert len(ids) == 1 + len(variants)
     assert base.run_id.startswith("gaussian_mixture-mlp-focal-gamma-1.0--s0-")
     dup = sweep.Profile("dup", [sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0])] * 2)
-    with pytest.raises(ValueError, match="duplicate runs"):
+    with pytest.raises(ValueError, match="profile expands to duplicate runs"):
         dup.expand()
 
 
@@ -111,14 +111,14 @@ def test_smoke_sweep_end_to_end(smoke_runs):
     table = pd.read_csv(smoke_runs / "results.csv")
     assert list(table.columns[:2]) == ["run", "method"]
     # one row per run x method, nothing missing, nothing twice
-    assert len(table) == len(runs) * len(report.METHODS)
+    assert len(table) == len(runs) * len(results.METHODS)
     assert not table.duplicated(["run", "method"]).any()
     assert set(table["run"]) == {r.run_id for r in runs}
-    assert set(table["method"]) == set(report.METHODS)
+    assert set(table["method"]) == set(results.METHODS)
     assert set(LOSSES) <= set(table["loss"])
-    for col in ("dataset", "model", "loss_label", "seed", "epochs", *report.METRICS, "temperature", "gamma_ev"):
+    for col in ("dataset", "model", "loss_label", "seed", "epochs", *results.METRICS, "temperature", "gamma_ev"):
         assert col in table.columns, col
-    assert table[list(report.METRICS)].map(math.isfinite).all().all()
+    assert table[list(results.METRICS)].map(math.isfinite).all().all()
     assert ((table["accuracy"] >= 0) & (table["accuracy"] <= 1)).all()
     # post-hoc maps never change the argmax: one accuracy per run
     assert (table.groupby("run")["accuracy"].nunique() == 1).all()
@@ -237,7 +237,7 @@ def test_sigkill_then_resume(tmp_path):
     assert (again.st_ino, again.st_mtime_ns) == (done.st_ino, done.st_mtime_ns)  # not re-executed
     assert (quick_dir / "train_classifier.ipynb").stat().st_mtime_ns == quick_nb
     rec = json.loads((slow_dir / sweep.RESULT).read_text())
-    assert [r["method"] for r in rec["rows"]] == list(report.METHODS)
+    assert [r["method"] for r in rec["rows"]] == list(results.METHODS)
     history = json.loads((slow_dir / "history.json").read_text())["records"]
     assert [h["epoch"] for h in history] == list(range(1, SLOW_EPOCHS + 1))
     # the trainer continued from its checkpoint instead of starting over
@@ -277,6 +277,6 @@ def test_slurm_executor_through_submitit_local(tmp_path, monkeypatch):
     table = sweep.run_sweep("one", tmp_path, executor="slurm", submitit_cluster="local", progress=False)
     (spec,) = profile.expand()
     assert list(table["run"].unique()) == [spec.run_id]
-    assert list(table["method"]) == list(report.METHODS)
+    assert list(table["method"]) == list(results.METHODS)
     assert (tmp_path / "runs" / spec.run_id / sweep.RESULT).is_file()
     assert list((tmp_path / "submitit").glob("*/*_result.pkl"))  # it really went through submitit

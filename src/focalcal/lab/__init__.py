@@ -2,12 +2,14 @@
 
 Install with ``pip install "focalcal[lab]"``. Modules, one job each:
 
-- :mod:`focalcal.lab.data`     synthetic tasks, image datasets, published logits
+- :mod:`focalcal.lab.data`     synthetic tasks, image datasets, published logits, loaders
 - :mod:`focalcal.lab.models`   networks that return logits
 - :mod:`focalcal.lab.io`       atomic writes and checkpoint loading
-- :mod:`focalcal.lab.train`    a resumable trainer
+- :mod:`focalcal.lab.train`    a resumable trainer (:class:`~focalcal.lab.train.Trainer`) and
+  the hooks of losses that change during training
+- :mod:`focalcal.lab.records`  what the trainer records per epoch
 - :mod:`focalcal.lab.sweep`    papermill sweeps (local or SLURM)
-- :mod:`focalcal.lab.report`   reading runs, the calibration protocol, tables and figures
+- :mod:`focalcal.lab.results`  reading runs, the calibration protocol, tables and figures
 
 The papermill templates are package data in ``focalcal/lab/templates``.
 """

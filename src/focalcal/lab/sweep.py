@@ -51,8 +51,8 @@ RESULT = "result.json"
 def templates_dir() -> Path:
     """The papermill templates shipped with the package (``$FOCALCAL_NOTEBOOKS`` overrides).
 
-    They are package data of :mod:`focalcal.lab` (``templates/*.md``), found through
-    :mod:`importlib.resources`, so an installed wheel finds them as an editable checkout does; the
+    They are package data of ``focalcal.lab`` (``templates/*.md``), found through
+    ``importlib.resources``, so an installed wheel finds them as an editable checkout does; the
     repository's ``notebooks/`` is a link to the same folder.
     """
     env = os.environ.get("FOCALCAL_NOTEBOOKS")
@@ -250,7 +250,7 @@ def get_profile(name: str) -> Profile:
 
 def train_settings(schedule: str | None = None, *, epochs: int | None = None,
                    optimizer: str | None = None, lr: float | None = None) -> dict[str, Any]:
-    """Keyword arguments of :func:`focalcal.lab.train.train` for a named schedule plus overrides.
+    """Fields of :class:`focalcal.lab.train.TrainSettings` for a named schedule plus overrides.
 
     Parameters
     ----------
@@ -267,7 +267,8 @@ def train_settings(schedule: str | None = None, *, epochs: int | None = None,
     Returns
     -------
     dict
-        Settings for ``train(..., **settings)``; always contains ``epochs``.
+        For ``TrainSettings(**settings)`` (or ``train(..., **settings)``); always contains
+        ``epochs``.
 
     Raises
     ------

@@ -70,9 +70,10 @@ from .models import count_parameters, last_linear
 from .records import (GRAD_NORM_EDGES, FeatureHook, evaluate, grad_norm_summary, last_layer_grad_norms,
                       prediction_stats, prefixed, select_device, split_batch, to_device)
 
+# select_device, prediction_stats, evaluate and GRAD_NORM_EDGES are importable from here as well;
+# they belong to (and are documented in) focalcal.lab.records
 __all__ = ["Trainer", "TrainSettings", "TrainResult", "LossHooks", "EpochScheduled",
-           "ValidationUpdated", "ModelAware", "train", "PAPER_SCHEDULE", "SCHEDULES", "GRAD_NORM_EDGES",
-           "select_device", "seed_everything", "prediction_stats", "evaluate"]
+           "ValidationUpdated", "ModelAware", "train", "PAPER_SCHEDULE", "SCHEDULES", "seed_everything"]
 
 #: Mukhoti et al. (2020) CIFAR-10/100 profile (batch size 128 goes on the loader)
 PAPER_SCHEDULE: dict[str, Any] = {
@@ -171,7 +172,7 @@ class TrainSettings:
         ``"step"``: multiply by ``gamma_lr`` at each epoch in ``milestones`` (none: constant);
         ``"cosine"``: cosine annealing to 0 over ``epochs``. Stepped once per epoch.
     device : {"auto", "cpu", "cuda", ...}
-        ``"auto"`` picks CUDA when available (see :func:`select_device`).
+        ``"auto"`` picks CUDA when available (see :func:`focalcal.lab.records.select_device`).
     seed : int
         Seeds Python, NumPy, torch and the loader's generator (fresh runs only; a resumed run
         restores the checkpointed states instead, so it continues exactly as if never stopped).

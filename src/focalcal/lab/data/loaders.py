@@ -1,0 +1,111 @@
+"""Seeded train / validation / test loaders (:func:`make_loaders`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from ..._validation import check_int
+from .registry import DatasetInfo, dataset_info, get_dataset
+from .synthetic import SPLITS
+
+__all__ = ["seed_worker", "Loaders", "make_loaders"]
+
+def seed_worker(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: derive NumPy's and Python's seeds from the worker's torch seed.
+
+    PyTorch seeds each worker's torch RNG with ``base_seed + worker_id`` (``base_seed`` drawn from
+    the loader's generator); NumPy and ``random`` are left alone unless seeded here.
+    """
+    s = torch.initial_seed() % 2**32
+    np.random.seed(s)
+    random.seed(s)
+
+
+class Loaders(NamedTuple):
+    """What :func:`make_loaders` returns."""
+
+    train: DataLoader
+    val: DataLoader
+    test: DataLoader
+    info: DatasetInfo
+
+
+def _subset_size(subset: int | Mapping[str, int] | None, split: str) -> int | None:
+    if subset is None:
+        return None
+    if isinstance(subset, Mapping):
+        bad = set(subset) - set(SPLITS)
+        if bad:
+            raise ValueError(f"subset keys must be among {SPLITS}, got {sorted(bad)}")
+        v = subset.get(split)
+        return None if v is None else check_int(v, f"subset[{split!r}]", minimum=1)
+    return check_int(subset, "subset", minimum=1)
+
+
+def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | None = None,
+                 eval_batch_size: int | None = None, num_workers: int = 0, seed: int = 0,
+                 subset: int | Mapping[str, int] | None = None, augment: bool = True,
+                 download: bool = True, pin_memory: bool | None = None, drop_last: bool = False,
+                 **dataset_kwargs: Any) -> Loaders:
+    """Train / val / test loaders for a dataset of :data:`DATASETS`.
+
+    Parameters
+    ----------
+    name, root, download, **dataset_kwargs
+        As in :func:`get_dataset`.
+    batch_size : int
+        Training batch size (128 in the papers' CIFAR runs, 64 for Tiny-ImageNet).
+    eval_batch_size : int, optional
+        Batch size of the validation and test loaders (default: ``max(batch_size, 256)``).
+    num_workers : int
+        Worker processes. Workers are *not* persistent, so each epoch's worker seeds come from the
+        loader's generator and a resumed run reproduces an uninterrupted one exactly.
+    seed : int
+        Seeds the training loader's ``generator`` (shuffling order and worker seeds) and picks the
+        ``subset``.
+    subset : int or dict, optional
+        Keep at most this many samples of every split (or ``{"train": n, ...}`` per split), chosen
+        by a seeded permutation: the CPU profiles' cut-down runs.
+    augment : bool
+        Augment the training split (as in the papers); validation and test never are.
+    pin_memory : bool, optional
+        Default: when CUDA is available.
+    drop_last : bool
+        Drop the last incomplete training batch.
+    """
+    info = dataset_info(name)
+    bs = check_int(batch_size, "batch_size")
+    ebs = check_int(eval_batch_size, "eval_batch_size") if eval_batch_size is not None else max(bs, 256)
+    check_int(num_workers, "num_workers", minimum=0)
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    loaders = {}
+    for split in SPLITS:
+        ds = get_dataset(name, root, split, augment=augment and split == "train",
+                         download=download, **dataset_kwargs)
+        k = _subset_size(subset, split)
+        if k is not None and k < len(ds):
+            rng = np.random.default_rng([seed, SPLITS.index(split)])
+            ds = Subset(ds, np.sort(rng.permutation(len(ds))[:k]).tolist())
+        is_train = split == "train"
+        gen = torch.Generator().manual_seed(int(seed)) if is_train else None
+        loaders[split] = DataLoader(
+            ds, batch_size=bs if is_train else ebs, shuffle=is_train, generator=gen,
+            num_workers=num_workers, worker_init_fn=seed_worker if num_workers else None,
+            pin_memory=bool(pin_memory), drop_last=drop_last and is_train,
+            persistent_workers=False)
+    # synthetic tasks take num_classes= / dim=: report what was built, not the registry default
+    built = loaders["test"].dataset
+    built = getattr(built, "dataset", built)
+    if hasattr(built, "num_classes") and hasattr(built, "input_shape"):
+        info = dataclasses.replace(info, num_classes=built.num_classes,
+                                   input_shape=tuple(built.input_shape))
+    return Loaders(loaders["train"], loaders["val"], loaders["test"], info)

@@ -1,0 +1,146 @@
+"""Reading a sweep's folders: one run (:func:`load_run`), the results table, the training histories.
+
+A sweep folder holds ``runs/<run>/`` (the layout is in ``focalcal.lab.results``' docstring) and
+``results.csv`` (one row per run x post-hoc method). Where it is comes from an argument or the
+environment (:func:`runs_dir`), never from where this file lies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..io import torch_load
+
+__all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_histories"]
+
+#: the environment variable naming the sweep folder a page reads
+RUNS_ENV = "FOCALCAL_RUNS"
+
+
+def runs_dir(default: str | os.PathLike | None = None) -> Path:
+    """The sweep folder a book chapter reads: ``$FOCALCAL_RUNS``, else ``default``, else
+    ``runs/cpu`` under the current directory (where ``make book`` runs the ``cpu`` profile)."""
+    env = os.environ.get(RUNS_ENV)
+    if env:
+        return Path(env)
+    if default is not None:
+        return Path(default)
+    return Path.cwd() / "runs" / "cpu"
+
+
+
+@dataclass
+class Run:
+    """A finished training run as :func:`load_run` reads it.
+
+    Attributes
+    ----------
+    run_dir : Path
+    config : dict
+        The ``train_classifier`` parameters (``dataset``, ``model``, ``loss``, ``loss_params``
+        as a JSON string, ``epochs``, ``seed``, ...).
+    val_logits, test_logits : Tensor, shape (N, K), float32
+    val_labels, test_labels : Tensor, shape (N,), int64
+    history : list of dict
+        The trainer's per-epoch records (see :mod:`focalcal.lab.train`).
+    calibration : list of dict or None
+        The rows of ``calibration.json`` once ``posthoc_calibration`` has run.
+    """
+
+    run_dir: Path
+    config: dict[str, Any]
+    val_logits: torch.Tensor
+    val_labels: torch.Tensor
+    test_logits: torch.Tensor
+    test_labels: torch.Tensor
+    history: list[dict[str, Any]] = field(default_factory=list)
+    calibration: list[dict[str, Any]] | None = None
+
+    @property
+    def loss_params(self) -> dict[str, Any]:
+        """The loss parameters as a dict (the template receives them as a JSON string)."""
+        p = self.config.get("loss_params", {})
+        return json.loads(p) if isinstance(p, str) else dict(p)
+
+
+def load_run(run_dir: str | os.PathLike) -> Run:
+    """Read a run folder written by the ``train_classifier`` template.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``run_dir`` has no ``logits.pt`` or ``config.json`` (training has not finished there);
+        the message says which file is missing.
+    ValueError
+        ``logits.pt`` lacks the validation or the test logits.
+    """
+    d = Path(run_dir)
+    for name in ("config.json", "logits.pt"):
+        if not (d / name).is_file():
+            raise FileNotFoundError(f"{d / name} does not exist: run_dir must be the out_dir of a "
+                                    f"finished train_classifier run")
+    config = json.loads((d / "config.json").read_text())["config"]
+    blob = torch_load(d / "logits.pt")
+    missing = [k for k in ("val_logits", "val_labels", "test_logits", "test_labels") if k not in blob]
+    if missing:
+        raise ValueError(f"{d / 'logits.pt'} lacks {missing}; the run was trained without a "
+                         f"validation or test loader")
+    history = json.loads((d / "history.json").read_text())["records"] if (d / "history.json").is_file() else []
+    cal = json.loads((d / "calibration.json").read_text()) if (d / "calibration.json").is_file() else None
+    return Run(d, config, blob["val_logits"], blob["val_labels"], blob["test_logits"],
+               blob["test_labels"], history, cal)
+
+
+
+def load_results(out: str | os.PathLike):
+    """The sweep's ``results.csv`` (one row per run x method) as a :class:`pandas.DataFrame`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No ``results.csv`` under ``out``; the message says how to produce it.
+    """
+    import pandas as pd
+
+    path = Path(out) / "results.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; run `python -m focalcal.lab.sweep --profile cpu "
+                                f"--out {out}` (or `make sweep`) first")
+    return pd.read_csv(path)
+
+
+
+def load_histories(out: str | os.PathLike, results=None):
+    """Per-epoch training records of every run in ``results`` (default: all of ``out``'s results).
+
+    Returns
+    -------
+    DataFrame
+        One row per run x epoch: ``run``, ``dataset``, ``model``, ``loss_label``, ``seed`` and
+        the scalar fields of the trainer's records (``epoch``, ``test_nll``, ``test_error``,
+        ``train_nll``, ...; see :mod:`focalcal.lab.train`).
+    """
+    import pandas as pd
+
+    if results is None:
+        results = load_results(out)
+    runs = results.drop_duplicates("run")
+    frames = []
+    for _, r in runs.iterrows():
+        path = Path(out) / "runs" / r["run"] / "history.json"
+        records = json.loads(path.read_text())["records"]
+        scalar = [{k: v for k, v in rec.items() if not isinstance(v, (list, dict))} for rec in records]
+        f = pd.DataFrame(scalar)
+        for col in ("run", "dataset", "model", "loss_label", "seed"):
+            f.insert(0, col, r[col])
+        frames.append(f)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
