@@ -78,7 +78,8 @@ def test_ledger_table_and_status_override():
     assert list(t.columns) == ["source", "claim", "status", "method", "detail"]
     assert t["source"].unique().tolist() == ["Test (2026)"]
     assert t.loc[1, "status"] == verify.VERIFIED_CORRECTED and t.loc[1, "detail"] == "fixed"
-    assert ledger.counts() == {"n_claims": 2, "n_symbolic": 0, "n_numeric": 1, "n_corrected": 1, "n_refuted": 0}
+    assert ledger.counts() == {"n_claims": 2, "n_symbolic": 0, "n_numeric": 1, "n_corrected": 1,
+                               "n_refuted": 0, "n_cited": 0}
     with pytest.raises(ValueError, match="status"):
         verify.Verdict("c", "probably", "m")
 

@@ -2,21 +2,30 @@
 
 The theory chapters check every claim of the papers with three steps, in this order:
 
-1. **symbolic**: ``sympy.simplify(lhs - rhs) == 0``, optionally after targeted rewrites
-   (substituting a defining relation, ``expand_log``, ``powsimp`` ...). ``Expr.equals`` is never
-   used as a disproof because it is randomised.
-2. **high-precision numeric**: when SymPy cannot close the identity, both sides are evaluated
+1. **symbolic**: for an identity, ``sympy.simplify(lhs - rhs) == 0``, optionally after targeted
+   rewrites (substituting a defining relation, ``expand_log``, ``powsimp`` ...). An inequality
+   goes straight to step 2 unless the chapter asks for ``symbolic=True``: then SymPy's
+   assumption system first tries to decide the sign of ``larger - smaller``, each variable
+   written through a positive parameter that sweeps its interval (:func:`symbolic_sign`).
+   ``Expr.equals`` is never used as a disproof because it is randomised.
+2. **high-precision numeric**: when SymPy cannot close the claim, both sides are evaluated
    with mpmath at ``dps`` digits on a seeded grid that covers the whole stated domain, edges
    included (open edges are approached to within ``1e-12``, infinite ones out to ``1e6``).
 3. otherwise the check **fails** with an ``AssertionError`` that names the claim and the worst
    point, so a false proposition (or a regression in :mod:`focalcal`) fails the book build.
 
 Each check returns a :class:`Verdict`; a :class:`Ledger` collects a chapter's verdicts into the
-table that the book's summary page shows.
+table that the chapter ends with and the book's summary page shows. A claim is written as
+MyST-style text whose ``$...$`` spans are TeX (``"Bernoulli: $(1-p)^\\gamma \\ge 1-\\gamma p$"``);
+:func:`tex_html` turns it into HTML that MathJax typesets.
+
+A statement the book relies on but does not check itself (a cited result) is recorded with
+:func:`cited`: its status ``cited, not checked`` is counted apart from the verified ones.
 """
 
 from __future__ import annotations
 
+import html
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,7 +38,9 @@ VERIFIED_SYMBOLIC = "verified (symbolic)"
 VERIFIED_NUMERIC = "verified (high-precision numeric)"
 VERIFIED_CORRECTED = "verified with a correction"
 REFUTED = "refuted"
-STATUSES = (VERIFIED_SYMBOLIC, VERIFIED_NUMERIC, VERIFIED_CORRECTED, REFUTED)
+CITED = "cited, not checked"
+STATUSES = (VERIFIED_SYMBOLIC, VERIFIED_NUMERIC, VERIFIED_CORRECTED, REFUTED, CITED)
+COUNT_KEYS = dict(zip(STATUSES, ("n_symbolic", "n_numeric", "n_corrected", "n_refuted", "n_cited")))
 
 Domain = Mapping[sp.Symbol, sp.Interval]
 
@@ -193,15 +204,65 @@ def check_identity(claim: str, lhs: sp.Expr, rhs: sp.Expr, domain: Domain, *,
                    f"{mpmath.nstr(worst, 3)}")
 
 
+def _sweep_parameters(domain: Domain) -> dict[sp.Symbol, sp.Expr] | None:
+    """Write each variable through a parameter ``y`` that SymPy knows to be positive.
+
+    ``(a, oo)`` becomes ``a + y``, ``(-oo, b)`` becomes ``b - y``, ``(a, b)`` becomes
+    ``a + (b - a) y / (1 + y)`` and the real line a real ``y``: each map is onto the open interval,
+    so a sign that SymPy derives for every positive ``y`` holds on the whole domain. Closed
+    finite endpoints are not covered by these maps, so a domain with one returns None.
+    """
+    subs: dict[sp.Symbol, sp.Expr] = {}
+    for sym, iv in domain.items():
+        if not isinstance(iv, sp.Interval):
+            raise ValueError(f"domain[{sym}] must be a sympy.Interval, got {iv!r}")
+        lo, hi = iv.start, iv.end
+        if (lo.is_finite and not iv.left_open) or (hi.is_finite and not iv.right_open):
+            return None
+        if lo.is_infinite and hi.is_infinite:
+            subs[sym] = sp.Dummy("y", real=True)
+            continue
+        y = sp.Dummy("y", positive=True)
+        if hi.is_infinite:
+            subs[sym] = lo + y
+        elif lo.is_infinite:
+            subs[sym] = hi - y
+        else:
+            subs[sym] = lo + (hi - lo) * y / (1 + y)
+    return subs
+
+
+def symbolic_sign(gap: sp.Expr, domain: Domain, *, strict: bool = False) -> bool:
+    """True when SymPy proves ``gap > 0`` (``strict``) or ``gap >= 0`` on all of ``domain``.
+
+    False means *not proven*, never *disproven*. See :func:`_sweep_parameters` for how the
+    domain's bounds reach SymPy's assumptions.
+    """
+    subs = _sweep_parameters(domain)
+    if subs is None:
+        return False
+    expr = sp.sympify(gap).xreplace(subs)
+    try:
+        return bool(expr.is_positive if strict else expr.is_nonnegative)
+    except (TypeError, NotImplementedError, RecursionError):  # pragma: no cover - sympy internals
+        return False
+
+
 def check_inequality(claim: str, smaller: sp.Expr, larger: sp.Expr, domain: Domain, *,
                      strict: bool = False, dps: int = 30, n: int = 24, seed: int = 0,
-                     atol: float = 0.0) -> Verdict:
+                     atol: float = 0.0, symbolic: bool = False) -> Verdict:
     """Assert ``smaller <= larger`` (``<`` if ``strict``) everywhere on ``domain``.
 
-    Symbolic when SymPy can decide the sign of ``larger - smaller`` under the domain's
-    assumptions (rarely), otherwise mpmath at ``dps`` digits on :func:`domain_grid`.
+    mpmath at ``dps`` digits on :func:`domain_grid`: any grid point with
+    ``larger - smaller < -atol`` (``<= atol`` if ``strict``) fails the check. With
+    ``symbolic=True`` (and ``atol == 0``) SymPy is tried first (:func:`symbolic_sign`, rarely
+    conclusive) and a proof gives a ``verified (symbolic)`` verdict. It is off by default so that
+    a chapter's verdicts do not move with what a SymPy release's assumption system can decide.
     """
     gap = sp.sympify(larger) - sp.sympify(smaller)
+    if symbolic and atol == 0.0 and symbolic_sign(gap, domain, strict=strict):
+        return Verdict(claim, VERIFIED_SYMBOLIC,
+                       "sympy: the sign of larger - smaller follows from the domain's assumptions")
     residuals = numeric_residuals(gap, domain, n=n, seed=seed, dps=dps)
     bad = [(p, v) for p, v in residuals
            if not mpmath.isfinite(v) or (v <= atol if strict else v < -atol)]
@@ -231,6 +292,83 @@ def check_true(claim: str, condition: bool, *, method: str, detail: str = "",
     if not bool(condition):
         raise AssertionError(f"claim failed: {claim}: {method}" + (f" ({detail})" if detail else ""))
     return Verdict(claim, status, method, detail)
+
+
+def cited(claim: str, *, reference: str, detail: str = "") -> Verdict:
+    """Record a statement the chapter relies on but does not check (status ``cited, not checked``).
+
+    Nothing is asserted: the ledger shows the row for what it is and counts it apart from the
+    verified claims (``n_cited``).
+    """
+    if not reference:
+        raise ValueError("reference must name where the statement is proved")
+    return Verdict(claim, CITED, f"cited from {reference}; not checked here", detail)
+
+
+# --------------------------------------------------------------------------------------------
+# rendering: claims with $...$ TeX as HTML that MathJax typesets
+# --------------------------------------------------------------------------------------------
+
+def tex_html(text: str) -> str:
+    r"""HTML for text whose ``$...$`` spans are TeX: the text is escaped, each span becomes
+    ``<span class="math">\(...\)</span>``, the markup Sphinx gives inline math (MathJax
+    typesets it, also inside a cell's output or a pasted glue value).
+
+    >>> tex_html(r"if $p < 1/2$ then $\gamma > 0$")
+    'if <span class="math notranslate nohighlight">\\(p &lt; 1/2\\)</span> then <span class="math notranslate nohighlight">\\(\\gamma &gt; 0\\)</span>'
+    """
+    parts = str(text).split("$")
+    if len(parts) % 2 == 0:
+        raise ValueError(f"unbalanced $ in {text!r}")
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            if not part.strip():
+                raise ValueError(f"empty $...$ in {text!r}")
+            out.append(f'<span class="math notranslate nohighlight">\\({html.escape(part, quote=False)}\\)</span>')
+        else:
+            out.append(html.escape(part, quote=False))
+    return "".join(out)
+
+
+_BADGES = {
+    VERIFIED_SYMBOLIC: ("&#10003; symbolic", "#1a7f37"),
+    VERIFIED_NUMERIC: ("&#10003; numeric", "#1a7f37"),
+    VERIFIED_CORRECTED: ("&#10003; with a correction", "#9a6700"),
+    REFUTED: ("&#10007; refuted", "#cf222e"),
+    CITED: ("cited, not checked", "#57606a"),
+}
+_DETAIL_LABEL = {VERIFIED_CORRECTED: "Correction", REFUTED: "Counterexample"}
+_TABLE_STYLE = ("width:100%;table-layout:fixed;border-collapse:collapse;font-size:0.85em;"
+                "line-height:1.35")
+_CELL_STYLE = "padding:0.35em 0.5em;vertical-align:top;border-top:1px solid #d0d7de;text-align:left"
+
+
+def verdicts_html(verdicts: Sequence[Verdict], *, numbers: Sequence[int | None] | None = None) -> str:
+    """The verdicts as an HTML table for a reader: number, claim (with its correction or
+    counterexample below it), verdict, and how it was checked; claims, details and methods may
+    contain ``$...$`` TeX (see :func:`tex_html`). ``numbers`` label the rows (default 1, 2, ...;
+    None leaves a row unnumbered)."""
+    if numbers is None:
+        numbers = range(1, len(verdicts) + 1)
+    head = "".join(f'<th style="{_CELL_STYLE};border-top:none">{h}</th>'
+                   for h in ("", "claim", "verdict", "how it is checked"))
+    rows = []
+    for i, v in zip(numbers, verdicts):
+        badge, colour = _BADGES[v.status]
+        claim = tex_html(v.claim)
+        if v.detail:
+            label = _DETAIL_LABEL.get(v.status, "Detail")
+            claim += (f'<div style="margin-top:0.25em;color:#57606a"><em>{label}:</em> '
+                      f"{tex_html(v.detail)}</div>")
+        rows.append(f'<tr data-status="{html.escape(v.status)}">'
+                    f'<td style="{_CELL_STYLE};color:#57606a">{"" if i is None else i}</td>'
+                    f'<td style="{_CELL_STYLE};overflow-x:auto">{claim}</td>'
+                    f'<td style="{_CELL_STYLE};color:{colour};font-weight:600">{badge}</td>'
+                    f'<td style="{_CELL_STYLE};color:#57606a">{tex_html(v.method)}</td></tr>')
+    cols = "".join(f'<col style="width:{w}">' for w in ("2.2em", "58%", "7.5em", "auto"))
+    return (f'<table class="verdicts" style="{_TABLE_STYLE}"><colgroup>{cols}</colgroup>'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,6 +402,12 @@ class Ledger:
         for v in verdicts:
             self.add(v)
 
+    def record(self, verdicts: Iterable[Verdict]):
+        """Add ``verdicts`` and return their table for display (see :meth:`show`)."""
+        verdicts = list(verdicts)
+        self.extend(verdicts)
+        return self.show(verdicts)
+
     def table(self):
         """The verdicts as a ``pandas.DataFrame`` (columns source, claim, status, method, detail)."""
         import pandas as pd
@@ -273,12 +417,28 @@ class Ledger:
 
     def counts(self) -> dict[str, int]:
         """Number of claims per status, keyed ``n_claims``, ``n_symbolic``, ``n_numeric``,
-        ``n_corrected``, ``n_refuted``."""
-        keys = dict(zip(STATUSES, ("n_symbolic", "n_numeric", "n_corrected", "n_refuted")))
-        out = {"n_claims": len(self.verdicts), **{k: 0 for k in keys.values()}}
+        ``n_corrected``, ``n_refuted``, ``n_cited``."""
+        out = {"n_claims": len(self.verdicts), **{k: 0 for k in COUNT_KEYS.values()}}
         for v in self.verdicts:
-            out[keys[v.status]] += 1
+            out[COUNT_KEYS[v.status]] += 1
         return out
+
+    def html(self, verdicts: Sequence[Verdict] | None = None) -> str:
+        """The verdicts (all of them, or ``verdicts``) as the HTML table of :func:`verdicts_html`,
+        each numbered by its place in the ledger (unnumbered if not added yet)."""
+        if verdicts is None:
+            return verdicts_html(self.verdicts)
+        place = {id(v): i for i, v in enumerate(self.verdicts, 1)}
+        return verdicts_html(verdicts, numbers=[place.get(id(v)) for v in verdicts])
+
+    def show(self, verdicts: Iterable[Verdict] | int | None = None):
+        """Display a verdict table in a notebook: the whole ledger, the given verdicts, or (an
+        int) the last ``n`` added."""
+        from IPython.display import HTML
+
+        if isinstance(verdicts, int):
+            verdicts = self.verdicts[-verdicts:]
+        return HTML(self.html(None if verdicts is None else list(verdicts)))
 
     def glue(self) -> None:
         """Glue the table (key ``verdicts``) and the counts for the book's summary page.
@@ -289,8 +449,6 @@ class Ledger:
         from IPython.display import HTML
         from myst_nb import glue
 
-        # full text in every cell: a DataFrame's own repr would truncate long claims at 50 chars
-        html = self.table().to_html(index=False, escape=True, classes="verdicts")
-        glue("verdicts", HTML(html), display=False)
+        glue("verdicts", HTML(self.html()), display=False)
         for key, n in self.counts().items():
             glue(key, n, display=False)

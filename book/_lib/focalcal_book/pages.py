@@ -1,0 +1,84 @@
+"""What keeps a chapter's code cells short: glue several values at once, and tables for a reader.
+
+- :func:`glue_values` glues keyword arguments for ``{glue:text}`` references (no output);
+- :func:`table` shows a ``pandas.DataFrame`` (or a list of dicts) as an HTML table with headers
+  that may contain ``$...$`` TeX, numbers formatted per column, booleans as yes/no and no index.
+
+The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from focalcal_book.verify import tex_html
+
+Format = str | Callable[[Any], str]
+
+_TABLE_STYLE = "border-collapse:collapse;font-size:0.9em;margin:0.5em 0"
+_HEAD_STYLE = "padding:0.3em 0.7em;border-bottom:1px solid #8c959f;text-align:right"
+_CELL_STYLE = "padding:0.25em 0.7em;border-top:1px solid #eaeef2;text-align:right"
+
+
+def glue_values(**values: Any) -> None:
+    """``myst_nb.glue(key, value, display=False)`` for every keyword argument; numbers are
+    glued as Python scalars (a tensor or numpy scalar becomes ``float``/``int``)."""
+    from myst_nb import glue
+
+    for key, value in values.items():
+        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+            value = value.item()
+        glue(key, value, display=False)
+
+
+def _cell(value: Any, fmt: Format | None) -> str:
+    if callable(fmt):
+        return tex_html(fmt(value))
+    if isinstance(value, bool) or (hasattr(value, "dtype") and str(getattr(value, "dtype", "")) == "bool"):
+        return "yes" if bool(value) else "no"
+    if isinstance(value, str):
+        return tex_html(value)
+    if isinstance(value, numbers.Integral):
+        return format(int(value), fmt or "d")
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if math.isnan(v):
+            return "&ndash;"
+        return format(v, fmt or ".4g").replace("-", "&minus;")
+    if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
+        items = value.tolist() if hasattr(value, "tolist") else value
+        return "(" + ", ".join(_cell(x, fmt) for x in items) + ")"
+    return html.escape(str(value))
+
+
+def table(data: Any, *, columns: Mapping[str, str] | None = None,
+          formats: Mapping[str, Format] | None = None, caption: str | None = None):
+    """Display ``data`` (a DataFrame or a sequence of dicts) as a table for a reader.
+
+    ``columns`` picks and renames columns in order (``{"gamma": "$\\gamma$"}``); ``formats``
+    maps a column (its original name) to a format spec (``".2e"``) or a function returning text;
+    unformatted floats get 4 significant digits. Text cells and headers may contain ``$...$``.
+    """
+    from IPython.display import HTML
+
+    rows: Sequence[Mapping[str, Any]]
+    if hasattr(data, "to_dict"):
+        rows = data.to_dict("records")
+        names = list(data.columns)
+    else:
+        rows = list(data)
+        names = list(rows[0]) if rows else []
+    columns = dict(columns) if columns is not None else {c: c for c in names}
+    formats = dict(formats or {})
+    head = "".join(f'<th style="{_HEAD_STYLE}">{tex_html(h)}</th>' for h in columns.values())
+    body = "".join(
+        "<tr>" + "".join(f'<td style="{_CELL_STYLE}">{_cell(r[c], formats.get(c))}</td>'
+                         for c in columns) + "</tr>" for r in rows)
+    cap = f'<caption style="caption-side:top;text-align:left">{tex_html(caption)}</caption>' \
+        if caption else ""
+    return HTML(f'<table class="reader-table" style="{_TABLE_STYLE}">{cap}<thead><tr>{head}'
+                f"</tr></thead><tbody>{body}</tbody></table>")
