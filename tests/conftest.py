@@ -1,10 +1,13 @@
-"""Shared fixtures: the published logits location and one smoke sweep per test session."""
+"""Shared fixtures: the published logits location and one smoke sweep per version of the code."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,13 +34,36 @@ def shared_logits_dir() -> Path:
     return Path(env)
 
 
+def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
+    """A digest of what a sweep run executes: every ``.py`` file under ``base`` (the library and the
+    lab) and the papermill templates, by relative path and content (not by time stamp, so a checkout
+    or a touch alone does not count as a change)."""
+    files = sorted(p for p in base.rglob("*")
+                   if p.is_file() and (p.suffix == ".py" or (p.suffix == ".md" and p.parent.name == "templates")))
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def smoke_runs() -> Path:
-    """Run the sweep's smoke profile once (resuming if already complete) and return its folder."""
-    out = ROOT / "_build" / "test" / "runs-smoke"
+    """Run the sweep's smoke profile once per version of the code and return its folder.
+
+    The folder is ``_build/test/runs-smoke-<code_key()>``: the sweep resumes a folder of the same
+    code (finished runs are not repeated) and starts afresh when the library, the lab or a template
+    changed, so no test reads results of older code. Folders of other versions untouched for a day
+    are removed (not sooner: a test session of the code before an edit may still be reading one).
+    """
+    key = code_key()
+    out = ROOT / "_build" / "test" / f"runs-smoke-{key}"
+    for old in out.parent.glob("runs-smoke*"):
+        if old != out and old.is_dir() and time.time() - old.stat().st_mtime > 86400:
+            shutil.rmtree(old, ignore_errors=True)
     proc = subprocess.run([sys.executable, "-m", "focalcal.lab.sweep", "--profile", "smoke", "--out", str(out),
                            "--executor", "local", "--jobs", "2"],
                           cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"smoke sweep failed (exit {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}")
+    (out / "CODE_KEY").write_text(key + "\n")
     return out

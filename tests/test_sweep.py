@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,8 +106,30 @@ def test_list_shows_todo(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- smoke sweep ---
 
+def test_smoke_folder_is_keyed_by_the_code(tmp_path):
+    """The smoke sweep's folder changes with the library, the lab and the templates (conftest)."""
+    from conftest import code_key
+
+    src = tmp_path / "focalcal"
+    shutil.copytree(ROOT / "src" / "focalcal", src, ignore=shutil.ignore_patterns("__pycache__"))
+    key = code_key(src)
+    assert key == code_key(ROOT / "src" / "focalcal")
+    (src / "__init__.py").touch()
+    (src / "lab" / "notes.txt").write_text("not code")
+    assert code_key(src) == key  # time stamps and other files do not count
+    for path in (src / "lab" / "templates" / "train_classifier.md", src / "lab" / "results" / "tables.py",
+                 src / "__init__.py"):
+        before = code_key(src)
+        path.write_text(path.read_text() + "\n")
+        assert code_key(src) != before, path
+
+
 @pytest.mark.notebooks
 def test_smoke_sweep_end_to_end(smoke_runs):
+    from conftest import code_key
+
+    assert smoke_runs.name == f"runs-smoke-{code_key()}"
+    assert (smoke_runs / "CODE_KEY").read_text().strip() == code_key()
     runs = sweep.get_profile("smoke").expand()
     table = pd.read_csv(smoke_runs / "results.csv")
     assert list(table.columns[:2]) == ["run", "method"]
