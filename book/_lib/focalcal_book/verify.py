@@ -235,7 +235,7 @@ def _sweep_parameters(domain: Domain) -> dict[sp.Symbol, sp.Expr] | None:
 def symbolic_sign(gap: sp.Expr, domain: Domain, *, strict: bool = False) -> bool:
     """True when SymPy proves ``gap > 0`` (``strict``) or ``gap >= 0`` on all of ``domain``.
 
-    False means *not proven*, never *disproven*. See :func:`_sweep_parameters` for how the
+    False means *not proven*, never *disproven*. See ``_sweep_parameters`` for how the
     domain's bounds reach SymPy's assumptions.
     """
     subs = _sweep_parameters(domain)
