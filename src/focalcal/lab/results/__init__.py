@@ -60,7 +60,7 @@ from .figures import plot_posterior_1d, plot_posterior_kl, plot_reliability_pane
 from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibration, calibrate, metric_row,
                        temperature_grid, training_gamma)
 from .runs import RUNS_ENV, Run, load_histories, load_results, load_run, runs_dir
-from .synthetic import SyntheticTestSet, posterior_kl, synthetic_test_set
+from .synthetic import SyntheticTestSet, focal_loss_rows, kl_by_method, posterior_kl, synthetic_test_set
 from .tables import (RUN_COLUMNS, TABLE1_CALIBRATIONS, compare_calibrations, describe_runs, format_table1,
                      nll_overfitting, overfitting_by_loss, representative_runs, select_losses, styled, table1)
 
@@ -74,7 +74,7 @@ __all__ = [
     "TABLE1_CALIBRATIONS", "RUN_COLUMNS", "describe_runs", "select_losses", "table1", "format_table1",
     "compare_calibrations", "representative_runs", "nll_overfitting", "overfitting_by_loss", "styled",
     # synthetic tasks
-    "SyntheticTestSet", "synthetic_test_set", "posterior_kl",
+    "SyntheticTestSet", "synthetic_test_set", "posterior_kl", "kl_by_method", "focal_loss_rows",
     # figures
     "plot_training_curves", "plot_reliability_panel", "plot_posterior_1d", "plot_posterior_kl",
 ]

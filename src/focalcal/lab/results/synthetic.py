@@ -9,6 +9,7 @@ predictions (:func:`posterior_kl`).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +19,7 @@ from ... import metrics
 from .protocol import FAMILIES, apply_calibration
 from .runs import Run, load_results, load_run
 
-__all__ = ["SyntheticTestSet", "synthetic_test_set", "posterior_kl"]
+__all__ = ["SyntheticTestSet", "synthetic_test_set", "posterior_kl", "kl_by_method", "focal_loss_rows"]
 
 class SyntheticTestSet(NamedTuple):
     """The test split of a run on a synthetic task (:func:`synthetic_test_set`)."""
@@ -113,3 +114,29 @@ def posterior_kl(out: str | os.PathLike, results=None):
     return pd.DataFrame(rows, columns=["run", "dataset", "loss", "loss_label", "seed", *param_cols,
                                        "method", "family", "temperature", "gamma_ev", "kl_posterior"])
 
+
+def kl_by_method(kl, methods: Sequence[str]):
+    """:func:`posterior_kl`'s divergences averaged over seeds, one column per method.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by ``dataset``, ``loss``, ``loss_label`` (in order of appearance), with the
+        columns ``methods``.
+    """
+    return kl.pivot_table(index=["dataset", "loss", "loss_label"], columns="method", values="kl_posterior",
+                          sort=False)[list(methods)]
+
+
+def focal_loss_rows(kl_table, kl):
+    """The plain focal loss's rows of :func:`kl_by_method`'s table, one per dataset x ``gamma``.
+
+    Adds ``ce`` (the uncalibrated cross-entropy model's divergence on the same dataset; NaN
+    without one) and ``gamma`` (the training ``gamma``; NaN if ``kl`` has no ``param_gamma``).
+    """
+    wide = kl_table.reset_index()
+    rows = wide[wide["loss"] == "focal"].copy()
+    rows["ce"] = rows["dataset"].map(wide[wide["loss"] == "ce"].set_index("dataset")["uncalibrated"])
+    rows["gamma"] = rows["loss_label"].map(kl.groupby("loss_label")["param_gamma"].first()) \
+        if "param_gamma" in kl else float("nan")
+    return rows

@@ -246,7 +246,7 @@ def styled(frame, columns: Mapping[str, str] | None = None,
     """
     f = frame.reset_index() if any(n is not None for n in frame.index.names) else frame
     columns = dict(columns) if columns is not None else {c: c for c in f.columns}
-    f = f[list(columns)].rename(columns=columns)
+    f = f[list(columns)].rename(columns=columns).rename_axis(columns=None)
     spec: dict[str, Any] = {columns[c]: (lambda v: "yes" if v else "no")
                             for c in columns if f[columns[c]].dtype == bool}
     spec.update({columns[c]: fmt for c, fmt in (formats or {}).items()})
