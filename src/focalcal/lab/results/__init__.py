@@ -8,7 +8,8 @@ is importable from here (``from focalcal.lab import results``); the modules, one
 ``runs``       reading run folders, ``results.csv`` and training histories; :func:`runs_dir`, the
                sweep folder a page reads (``$FOCALCAL_RUNS``, else ``./runs/cpu``)
 ``protocol``   the calibration protocol below: :func:`calibrate`, :func:`apply_calibration`,
-               :func:`metric_row`, :func:`temperature_grid`, :func:`training_gamma`
+               :func:`metric_row`, :func:`temperature_grid`, :func:`training_gamma`; and
+               :func:`confidence_row`, a model's calibration before any calibrator
 ``tables``     pandas tables: the runs read, Table 1, comparisons, NLL overfitting, and
                :func:`styled` (a table formatted for a reader)
 ``synthetic``  synthetic tasks: test sets drawn again with their true posterior, and the KL
@@ -57,8 +58,8 @@ equal-width bins per class), ``brier``; plus the selected ``temperature`` and ``
 """
 
 from .figures import plot_posterior_1d, plot_posterior_kl, plot_reliability_panel, plot_training_curves
-from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibration, calibrate, metric_row,
-                       temperature_grid, training_gamma)
+from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibration, calibrate,
+                       confidence_row, metric_row, temperature_grid, training_gamma)
 from .runs import RUNS_ENV, Run, load_histories, load_results, load_run, runs_dir
 from .synthetic import SyntheticTestSet, focal_loss_rows, kl_by_method, posterior_kl, synthetic_test_set
 from .tables import (RUN_COLUMNS, TABLE1_CALIBRATIONS, compare_calibrations, describe_runs, format_table1,
@@ -69,7 +70,7 @@ __all__ = [
     "RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_histories",
     # protocol
     "METHODS", "FAMILIES", "METRICS", "Calibration", "training_gamma", "temperature_grid", "metric_row",
-    "calibrate", "apply_calibration",
+    "confidence_row", "calibrate", "apply_calibration",
     # tables
     "TABLE1_CALIBRATIONS", "RUN_COLUMNS", "describe_runs", "select_losses", "table1", "format_table1",
     "compare_calibrations", "representative_runs", "nll_overfitting", "overfitting_by_loss", "styled",

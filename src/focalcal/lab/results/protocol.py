@@ -18,7 +18,7 @@ from ..._validation import check_int, check_labels, check_logits, check_positive
 from ...posthoc import KK_GAMMAS, FocalTemperatureScaling, PsiCorrection, TemperatureScaling
 
 __all__ = ["METHODS", "FAMILIES", "METRICS", "Calibration", "training_gamma", "temperature_grid",
-           "metric_row", "calibrate", "apply_calibration"]
+           "metric_row", "confidence_row", "calibrate", "apply_calibration"]
 
 #: the post-hoc methods of :func:`calibrate`, in the order of their rows
 METHODS: tuple[str, ...] = ("uncalibrated", "TS (NLL)", "TS (ECE)", "focal TS (NLL)", "focal TS (ECE)",
@@ -90,6 +90,34 @@ def metric_row(labels: Any, log_probs: Any, *, n_bins: int = 15) -> dict[str, fl
         "ece_width": float(metrics.ece(y, logits=z, n_bins=n_bins, binning="width")),
         "classwise_ece": float(metrics.classwise_ece(y, logits=z, n_bins=n_bins)),
         "brier": float(metrics.brier(y, logits=z)),
+    }
+
+
+def confidence_row(labels: Any, logits: Any) -> dict[str, float]:
+    """How confident and how calibrated one model's predictions are, before any calibrator.
+
+    Parameters
+    ----------
+    labels : Tensor, shape (N,)
+    logits : Tensor, shape (N, K)
+
+    Returns
+    -------
+    dict
+        ``accuracy``, ``confidence`` (mean top-class probability; below the accuracy:
+        under-confident), ``ece_width`` and ``ece_mass`` (15 equal-width / equal-mass bins) and
+        ``nll`` (nats); fractions, not percentages.
+    """
+    z = check_logits(logits, "logits")
+    if z.dim() != 2:
+        raise ValueError(f"logits must have shape (N, K), got {tuple(z.shape)}")
+    y = check_labels(labels, z.shape[1], z.shape[0])
+    return {
+        "accuracy": float(metrics.accuracy(y, logits=z)),
+        "confidence": float(torch.softmax(z, dim=-1).amax(-1).mean()),
+        "ece_width": float(metrics.ece(y, logits=z)),
+        "ece_mass": float(metrics.ece(y, logits=z, binning="mass")),
+        "nll": float(metrics.nll(y, logits=z)),
     }
 
 
