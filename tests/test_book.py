@@ -106,8 +106,9 @@ def test_page_executed_without_error(built_book, page):
 
 
 # TeX that reached the page as text: "$\hat p$" or "$x$" outside any math element (e.g. a glued
-# Markdown string that was not parsed as MyST)
-UNPARSED_MATH = re.compile(r"\$\\[A-Za-z]|\$[A-Za-z]\w*\$")
+# Markdown string that was not parsed as MyST), or any dollar sign left over (a display "$$" that
+# shares a paragraph with text is not parsed as math and leaves "$ \gamma ..." behind)
+UNPARSED_MATH = re.compile(r"\$\\[A-Za-z]|\$[A-Za-z]\w*\$|\$")
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -119,8 +120,9 @@ def test_page_has_no_unparsed_math(built_book, page):
     assert hit is None, f"{page}: unparsed TeX near {main.get_text(' ')[max(0, hit.start() - 60):hit.end() + 40]!r}"
 
 
-# a figure the source creates: plt.subplots / plt.figure, or a focalcal plot_* helper that makes its own
-FIGURE_CALLS = re.compile(r"plt\.(?:subplots|figure)\(")
+# a figure the source creates: plt.subplots / plt.figure, a call of the book's figure helpers
+# (focalcal_book.figures: one figure each), or a focalcal plot_* helper that makes its own
+FIGURE_CALLS = re.compile(r"plt\.(?:subplots|figure)\(|(?<![\w.])figures\.[a-z]\w*\(")
 PLOT_HELPER = re.compile(r"\bplot_\w+\(")
 
 

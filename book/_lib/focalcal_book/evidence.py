@@ -5,7 +5,10 @@ library's implementation of it, on many random or gridded inputs. The loops that
 numbers live here, so that the chapter's cell shows the call and the assertion:
 
 - :func:`eq4_slack`: Mukhoti's Eq. (4) slack ``L_f - (KL - gamma H[p])`` on pairs of distributions;
-- :func:`linear_layer_gradient_error`: Mukhoti's Prop. 1 through a linear layer, with autograd.
+- :func:`linear_layer_gradient_error`: Mukhoti's Prop. 1 through a linear layer, with autograd;
+- :func:`order_preservation`, :func:`confidence_regions`, :func:`max_overconfidence`,
+  :func:`recovery` and :func:`argmax_preserved`: Charoenphakdee's Thm. 3, Thm. 8, footnote 2,
+  Thm. 11 and Prop. 12 on random and structured posteriors.
 """
 
 from __future__ import annotations
@@ -56,3 +59,93 @@ def linear_layer_gradient_error(gammas: Sequence[float] = (0.5, 1.0, 3.0, 5.0), 
         err = (grads[0] - factor[:, None] * grads[1]).norm(dim=1) / grads[1].norm(dim=1)
         max_rel = max(max_rel, float(err.max()))
     return max_rel, count
+
+
+# --------------------------------------------------------------------------------------------
+# Charoenphakdee et al. (2021)
+# --------------------------------------------------------------------------------------------
+
+def order_preservation(cases: Sequence[tuple[int, int]], gammas: Sequence[float]) -> list[dict]:
+    """Thm. 3 on random posteriors: for each ``(K, n)`` of ``cases`` (``n`` posteriors drawn with
+    ``seed=K``) and each gamma, how many Newton minimisers keep the strict order of their
+    posterior, how many posteriors keep the order of their minimiser, and how many argmaxes
+    agree."""
+    rows = []
+    for k, n in cases:
+        eta = posterior.sample_simplex(n, k, seed=k)
+        for g in gammas:
+            q = posterior.focal_risk_minimizer(eta, g)
+            rows.append(dict(
+                K=k, gamma=g, posteriors=n,
+                eta_order_kept=int(posterior.strictly_order_preserving(eta, q).sum()),
+                q_order_kept=int(posterior.strictly_order_preserving(q, eta).sum()),
+                argmax_equal=int((q.argmax(-1) == eta.argmax(-1)).sum())))
+    return rows
+
+
+def confidence_regions(gammas: Sequence[float], draws: Sequence[torch.Tensor]) -> list[dict]:
+    """Thm. 8 parts 2 and 3 on minimisers ``q`` (``draws``) and their posteriors
+    ``eta = Psi(q)``: per gamma, the counts of minimisers in the over-confident region
+    ``max q <= tau_oc``, the under-confident region ``max q >= tau_uc`` and between them, with
+    how many are over- (``gap > 0``) or under-confident (``gap < 0``) in each, and Cor. 9's
+    ``max q > 1/2``."""
+    rows = []
+    for g in gammas:
+        toc, tuc = maps.tau_oc(g), maps.tau_uc(g)
+        gap = torch.cat([posterior.confidence_gap(q, maps.focal_map(q, g)) for q in draws])
+        top = torch.cat([q.amax(-1) for q in draws])
+        oc_reg, uc_reg = top <= toc, top >= tuc
+        amb = ~oc_reg & ~uc_reg
+        rows.append(dict(
+            gamma=g, tau_oc=toc, tau_uc=tuc, n_oc_region=int(oc_reg.sum()),
+            oc_ok=int((gap[oc_reg] > 0).sum()), n_uc_region=int(uc_reg.sum()),
+            uc_ok=int((gap[uc_reg] < 0).sum()), n_ambiguous=int(amb.sum()),
+            amb_oc=int((gap[amb] > 0).sum()), amb_uc=int((gap[amb] < 0).sum()),
+            top_gt_half_uc=int((gap[top > 0.5] < 0).sum()), n_top_gt_half=int((top > 0.5).sum())))
+    return rows
+
+
+def max_overconfidence(grid: Sequence[tuple[int, Sequence[float]]]) -> list[dict]:
+    """Footnote 2: the largest ``max q* - max eta`` found by
+    :func:`focalcal_book.posterior.max_eta_overconfidence` for each ``(K, gammas)`` of ``grid``,
+    with the minimiser that attains it (rounded to 4 digits)."""
+    rows = []
+    for k, gammas in grid:
+        for g in gammas:
+            gap, q_best = posterior.max_eta_overconfidence(k, g)
+            rows.append(dict(K=k, gamma=g, max_gap=gap, argmax_q=q_best.numpy().round(4)))
+    return rows
+
+
+def recovery(cases: Sequence[int], gammas: Sequence[float], *, n: int = 400) -> list[dict]:
+    """Thm. 11 on random posteriors (``n`` per K, ``seed=110 + K``): the closed-form minimiser
+    ``maps.inverse_focal_map`` against the Newton solver, and ``Psi`` of it against the
+    posterior."""
+    rows = []
+    for k in cases:
+        eta = posterior.sample_simplex(n, k, seed=110 + k)
+        for g in gammas:
+            q_cf = maps.inverse_focal_map(eta, g)
+            q_nt = posterior.focal_risk_minimizer(eta, g)
+            risk_cf = posterior.focal_risk(q_cf, eta, g)
+            rows.append(dict(
+                K=k, gamma=g, psi_error=float((maps.focal_map(q_cf, g) - eta).abs().max()),
+                newton_rel_diff=float(((q_cf - q_nt).abs() / q_nt).max()),
+                kkt_spread=float(posterior.stationarity_spread(q_cf, eta, g).max()),
+                risk_excess=float((risk_cf - posterior.focal_risk(q_nt, eta, g)).max()),
+                beats_eta=bool((risk_cf < posterior.focal_risk(eta, eta, g)).all())))
+    return rows
+
+
+def argmax_preserved(cases: Sequence[tuple[int, int]], gammas: Sequence[float]) -> tuple[bool, int]:
+    """Prop. 12: whether ``Psi`` keeps the argmax and the whole order of ``n`` random vectors per
+    ``(K, n)`` of ``cases`` (``seed=120 + K``) for every gamma, and how many vectors it saw."""
+    ok, count = True, 0
+    for k, n in cases:
+        v = posterior.sample_simplex(n, k, seed=120 + k)
+        for g in gammas:
+            psi_v = maps.focal_map(v, g)
+            ok &= bool((psi_v.argmax(-1) == v.argmax(-1)).all()
+                       and posterior.strictly_order_preserving(v, psi_v).all())
+            count += n
+    return ok, count

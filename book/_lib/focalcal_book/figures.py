@@ -82,3 +82,67 @@ def binary_focal_minimiser(q: torch.Tensor, minimisers: Mapping[float, torch.Ten
     ax.set(aspect="equal", xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left")
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Charoenphakdee et al. (2021)
+# --------------------------------------------------------------------------------------------
+
+def phi_regions(gammas: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0), *,
+                regions_gamma: float = 3.0) -> Figure:
+    """Charoenphakdee's Fig. 1: ``phi^gamma`` with the over-confident, ambiguous and
+    under-confident regions of Thm. 8 for one gamma shaded."""
+    vv = torch.linspace(0, 1, 1001, dtype=F64)
+    toc, tuc = maps.tau_oc(regions_gamma), maps.tau_uc(regions_gamma)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    g_txt = f"$\\gamma = {regions_gamma:g}$"
+    ax.axvspan(0, toc, color=color("focal"), alpha=0.15, lw=0,
+               label=rf"$\eta$OC region ({g_txt})")
+    ax.axvspan(toc, tuc, color=color("identity"), alpha=0.15, lw=0, label="ambiguous region")
+    ax.axvspan(tuc, 1, color=color("cross-entropy"), alpha=0.10, lw=0,
+               label=rf"$\eta$UC region ({g_txt})")
+    for g, c in zip(gammas, gamma_colors(gammas)):
+        ax.plot(vv, maps.phi(vv, g), color=c, label=fr"$\gamma = {g:g}$")
+    ax.axhline(1, color=color("identity"), lw=1, ls=":")
+    ax.set_xlabel(r"largest predicted probability $\max_y q^{\gamma,*}_y$ (argument $v$)")
+    ax.set_ylabel(r"$\varphi^\gamma(v)$")
+    ax.set_title(r"Fig. 1: $\varphi^\gamma$ and the regions of Thm. 8")
+    ax.set(xlim=(0, 1), ylim=(0, 1.6))
+    ax.legend(ncol=2, fontsize=8)
+    return fig
+
+
+def top_probability_maps(gammas: Sequence[float] = (0.0, 1.0, 2.0, 3.0, 5.0), *,
+                         k: int = 1000) -> tuple[Figure, dict[float, float]]:
+    """Charoenphakdee's Fig. 2: the minimiser's top probability against the posterior's, (a)
+    binary, (b) for ``k`` classes with the rest spread uniformly, (c) their difference; returns
+    the figure and, per gamma, the largest over-confidence of panel (c)."""
+    import math
+
+    m_big = torch.cat([torch.logspace(math.log10(1 / k) + 1e-6, -1, 200, dtype=F64),
+                       torch.linspace(0.1, 0.999, 200, dtype=F64)[1:]])
+    q_big = torch.cat([m_big[:, None], ((1 - m_big) / (k - 1))[:, None].expand(-1, k - 1)], 1)
+    t_half = torch.linspace(0.5, 1, 501, dtype=F64)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.0))
+    max_gap = {}
+    for g, c in zip(gammas, gamma_colors(gammas)):
+        lab = _gamma_label(g)
+        axes[0].plot(t_half, maps.binary_inverse_focal_map(t_half, g), color=c, label=lab)
+        eta_top = maps.focal_map(q_big, g).amax(-1) if g > 0 else m_big
+        axes[1].plot(eta_top, m_big, color=c, label=lab)
+        axes[2].plot(eta_top, m_big - eta_top, color=c, label=lab)
+        max_gap[g] = float((m_big - eta_top).max())
+    for ax in axes[:2]:
+        ax.plot([0, 1], [0, 1], color=color("identity"), lw=1, ls="--")
+        ax.set_xlabel(r"$\max_y \eta_y$")
+        ax.set_ylabel(r"$\max_y q^{\gamma,*}_y$")
+    axes[0].set(xlim=(0.5, 1), ylim=(0.5, 1), title="(a) binary: always under-confident")
+    axes[1].set_title(fr"(b) $K = {k}$")
+    axes[2].axhline(0, color=color("identity"), lw=1, ls="--")
+    axes[2].set_xscale("log")
+    axes[2].set_xlabel(r"$\max_y \eta_y$ (log scale)")
+    axes[2].set_ylabel(r"$\max_y q^{\gamma,*}_y - \max_y \eta_y$")
+    axes[2].set_title(fr"(c) $K = {k}$: over-confident where $> 0$")
+    axes[0].legend(loc="upper left")
+    fig.tight_layout()
+    return fig, max_gap
