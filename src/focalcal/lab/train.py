@@ -452,8 +452,8 @@ class Trainer:
             stays).
         """
         if self.hooks.on_epoch_end is not None and val_loader is None:
-            raise ValueError("loss_fn has update(val_logits, val_labels) (e.g. AdaFocal) and needs "
-                             "val_loader; pass val_loader=")
+            raise ValueError("val_loader is needed: the loss has an on_epoch_end hook that takes the "
+                             "validation logits (e.g. AdaFocal's update(val_logits, val_labels))")
         self.loaders = _Loaders(train_loader, val_loader, test_loader, train_eval_loader)
         self._prepare()
         start = self._restore_or_seed()
@@ -624,13 +624,15 @@ class Trainer:
         if ld.train_eval is not None:
             z, t, _ = self._evaluate(ld.train_eval)
             record.update(prefixed("train_eval", prediction_stats(z, t, n_bins=n_bins)))
-        fnorm = None
-        for name, loader in (("val", ld.val), ("test", ld.test)):
-            if loader is not None:
-                out = self._evaluate(loader)
-                setattr(self, f"{name}_out", out)
-                record.update(prefixed(name, prediction_stats(out[0], out[1], n_bins=n_bins)))
-                fnorm = out[2]
+        fnorm = None  # the feature norm of the test split, else of the validation split
+        if ld.val is not None:
+            self.val_out = self._evaluate(ld.val)
+            record.update(prefixed("val", prediction_stats(*self.val_out[:2], n_bins=n_bins)))
+            fnorm = self.val_out[2]
+        if ld.test is not None:
+            self.test_out = self._evaluate(ld.test)
+            record.update(prefixed("test", prediction_stats(*self.test_out[:2], n_bins=n_bins)))
+            fnorm = self.test_out[2]
         if self.hooks.on_epoch_end is not None:
             self.hooks.on_epoch_end(self.val_out[0].to(self.device), self.val_out[1].to(self.device))
         record["weight_norm"] = float(self.fc.weight.detach().float().norm())
