@@ -149,3 +149,67 @@ def argmax_preserved(cases: Sequence[tuple[int, int]], gammas: Sequence[float]) 
                        and posterior.strictly_order_preserving(v, psi_v).all())
             count += n
     return ok, count
+
+
+# --------------------------------------------------------------------------------------------
+# Komisarenko & Kull (2024)
+# --------------------------------------------------------------------------------------------
+
+def closest_binary_ts(gammas, s: torch.Tensor, *, n_scan: int = 16):
+    """K&K's Fig. 2: for each gamma, the inverse temperature of the TS map closest to the binary
+    focal calibration map in the worst case over the logits ``s`` (searched inside Prop. 3's
+    band, widened by 0.05), and that worst-case probability difference; two numpy arrays."""
+    import math
+
+    import numpy as np
+
+    from focalcal_book import theory
+
+    z = torch.stack([s, torch.zeros_like(s)], -1)  # two-class logits (s, 0): softmax = (sigma(s), .)
+    inv_t, err = [], []
+    for gm in gammas:
+        fc_p = torch.sigmoid(maps.binary_focal_logit(s, float(gm)))
+        lo, hi = gm + 1 - math.log1p(gm) / 2, gm + 1
+        b, e = theory.minimax_inverse_temperature(z, torch.stack([fc_p, 1 - fc_p], -1),
+                                                  bounds=(lo - 0.05, hi + 0.05), n_scan=n_scan)
+        inv_t.append(b)
+        err.append(e)
+    return np.array(inv_t), np.array(err)
+
+
+def two_level_drops(ks: Sequence[int], gammas: Sequence[float], *, n: int = 400) -> dict:
+    """K&K's Prop. 5 on the two-level family ``q = (a x m, b x (K - m))``: per K, the most
+    negative change ``p_hat(q)_1 - q_1`` of the top probability for each gamma (``n`` values of
+    ``a`` between ``1/K`` and ``1/m`` for every ``m``)."""
+    out = {}
+    for k in ks:
+        pts = []
+        for m in range(1, k):
+            a_vals = torch.linspace(1 / k, 1 / m, n + 2, dtype=torch.float64)[1:-1]
+            b_vals = (1 - m * a_vals) / (k - m)
+            pts.append(torch.cat([a_vals[:, None].expand(-1, m),
+                                  b_vals[:, None].expand(-1, k - m)], -1))
+        pts = torch.cat(pts)
+        out[k] = [float((maps.focal_map(pts, g)[:, 0] - pts[:, 0]).min()) for g in gammas]
+    return out
+
+
+def closest_multiclass_ts(k: int, step: float, gammas, *, spread: float = 10.0,
+                          n_scan: int = 24) -> dict:
+    """K&K's Figs. 5-7: the minimax inverse temperature of the TS map closest to the K-class
+    focal map for each gamma (adaptive logit grid of :func:`focalcal_book.theory.
+    adaptive_minimax_inverse_temperature`, box of width ``spread``), its worst-case error, the
+    number of logit vectors and the least-squares line of ``1/T`` against gamma. Asserts that
+    ``1/T`` has no kink (a fit in another local minimum would show one)."""
+    import numpy as np
+
+    from focalcal_book import theory
+
+    res = [theory.adaptive_minimax_inverse_temperature(
+        lambda z, gm=gm: maps.focal_map_from_logits(z, float(gm)), k, spread=spread, step=step,
+        bounds=(0.5, gm + 1.5), n_scan=n_scan) for gm in gammas]
+    inv_t, err = np.array([r[0] for r in res]), np.array([r[1] for r in res])
+    slopes = np.diff(inv_t) / np.diff(gammas)
+    assert np.all(slopes > 0) and np.all(np.abs(np.diff(slopes)) < 0.1), (k, inv_t)
+    return {"gamma": gammas, "inv_T": inv_t, "err": err, "n_logits": len(res[-1][2]),
+            "line": np.polyfit(gammas, inv_t, 1)}

@@ -146,3 +146,220 @@ def top_probability_maps(gammas: Sequence[float] = (0.0, 1.0, 2.0, 3.0, 5.0), *,
     axes[0].legend(loc="upper left")
     fig.tight_layout()
     return fig, max_gap
+
+
+# --------------------------------------------------------------------------------------------
+# Komisarenko & Kull (2024), binary
+# --------------------------------------------------------------------------------------------
+
+def proper_part_and_binary_map(loss_gammas: Sequence[float] = (0.5, 3.0),
+                               map_gammas: Sequence[float] = (-0.95, -0.5, 0.0, 0.5, 1.0, 2.0,
+                                                              3.0, 5.0)) -> Figure:
+    """K&K's Fig. 1: (left) the proper part ``L*(r, 1)`` of the focal loss against the focal loss
+    itself and cross-entropy; (right) the binary focal calibration map for several gammas."""
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    r_plot = torch.linspace(0.01, 0.99, 397, dtype=F64)
+    ax_l.plot(r_plot, -torch.log(r_plot), color=color("cross-entropy"), label="cross-entropy")
+    for gam, col in zip(loss_gammas, gamma_colors(list(loss_gammas))):
+        ax_l.plot(r_plot, maps.focal_loss_term(r_plot, gam), color=col, ls=":",
+                  label=rf"focal, $\gamma={gam:g}$")
+        proper = maps.focal_loss_term(maps.binary_inverse_focal_map(r_plot, gam), gam)
+        ax_l.plot(r_plot, proper, color=col, ls="-", label=rf"proper part $L^*$, $\gamma={gam:g}$")
+    ax_l.set(xlabel=r"predicted probability $r$ of the true class",
+             ylabel=r"loss on a positive, $L(r, 1)$", ylim=(0, 4.6),
+             title="Proper part of the focal loss")
+    ax_l.legend()
+    q_plot = torch.linspace(0, 1, 401, dtype=F64)
+    for gam, col in zip(map_gammas, gamma_colors(list(map_gammas))):
+        if gam == 0:
+            ax_r.plot(q_plot, q_plot, color=color("identity"), ls="--",
+                      label=r"$\gamma=0$ (identity)")
+        else:
+            ax_r.plot(q_plot, maps.binary_focal_map(q_plot, gam), color=col,
+                      label=rf"$\gamma={gam:g}$")
+    ax_r.set(xlabel=r"predicted probability $q$", ylabel=r"$\hat p_\gamma(q)$",
+             title="Binary focal calibration map", xlim=(0, 1), ylim=(0, 1), aspect="equal")
+    ax_r.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def temperature_bounds(gammas, t1, t2, tight, *, paper=(0.206, 0.218)) -> Figure:
+    """K&K's Fig. 3 on the scale ``1/T - gamma``: the proven temperatures ``t1, t2``, the
+    tightest ones on a logit grid (``tight[:, 0]`` sharp, ``tight[:, 1]`` soft) and the paper's
+    values for gamma = 4; right, the width of each band."""
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    c_sharp, c_soft = color("TS"), color("focal TS")
+    # plotted as 1/T - gamma: the bands shrink like 1/gamma^2 on the T scale
+    ax_l.plot(gammas, 1 / t1 - gammas, color=c_sharp, label=r"theory $T_1 = 1/(\gamma+1)$")
+    ax_l.plot(gammas, 1 / t2 - gammas, color=c_soft,
+              label=r"theory $T_2 = 1/(\gamma+1-\frac{1}{2}\log(\gamma+1))$")
+    ax_l.plot(gammas, 1 / tight[:, 0] - gammas, color=c_sharp, ls="--",
+              label=r"tightest $T_{sharp}$, $s \in [-20, 20]$")
+    ax_l.plot(gammas, 1 / tight[:, 1] - gammas, color=c_soft, ls="--",
+              label=r"tightest $T_{soft}$, $s \in [-20, 20]$")
+    ax_l.scatter([4, 4], [1 / paper[0] - 4, 1 / paper[1] - 4], marker="x", color="k", zorder=5,
+                 label=r"paper's tightest, $\gamma = 4$")
+    ax_l.set(xlabel=r"$\gamma$", ylabel=r"$1/T - \gamma$", title="Temperature bounds of FC")
+    ax_l.legend(fontsize=8)
+    ax_r.plot(gammas, t2 - t1, color=color("identity"), label="theory")
+    ax_r.plot(gammas, tight[:, 1] - tight[:, 0], color=color("identity"), ls="--",
+              label=r"tightest on $s \in [-20, 20]$")
+    ax_r.plot(gammas, tight[:, 1] - t1, color=color("identity"), ls=":",
+              label=r"tightest over all $s$ ($T_{sharp} = T_1$)")
+    ax_r.set(xlabel=r"$\gamma$", ylabel=r"width $T_{soft} - T_{sharp}$",
+             title="Width of the bounds")
+    ax_r.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
+                      shown: Sequence[float] = (0.5, 3.0)) -> Figure:
+    """K&K's Fig. 2 with an error panel: the minimax ``1/T*`` (as ``1/T - gamma``) with a fitted
+    and the paper's line, its worst-case probability difference, and FC beside its closest TS
+    map for two gammas."""
+    import numpy as np
+
+    fig, (ax_a, ax_b, ax_c) = plt.subplots(1, 3, figsize=(13, 3.8))
+    ax_a.fill_between(gammas, 1 - np.log1p(gammas) / 2, np.ones_like(gammas), color="0.85",
+                      label="Prop. 3 band")
+    ax_a.plot(gammas, inv_t - gammas, color=color("TS"), label=r"minimax $1/T^*$")
+    ax_a.plot(gammas, (slope - 1) * gammas + intercept, color=color("focal TS"), ls="--",
+              label=f"fit: {slope:.3f}$\\gamma$ + {intercept:.3f}")
+    ax_a.plot(gammas, -0.05 * gammas + 0.85, color="k", ls=":",
+              label=r"paper: 0.95$\gamma$ + 0.85")
+    ax_a.set(xlabel=r"$\gamma$", ylabel=r"$1/T - \gamma$", title="Closest TS to FC")
+    ax_a.legend(fontsize=8)
+    ax_b.semilogy(gammas, err, color=color("TS"), label="closest TS (per-$\\gamma$ optimum)")
+    ax_b.axhline(1e-3, color="k", ls=":", lw=1, label=r"paper: $< 10^{-3}$")
+    ax_b.set(xlabel=r"$\gamma$", ylabel=r"$\max_s |FC(s) - \sigma(s/T^*)|$",
+             title="Worst-case difference")
+    ax_b.legend(fontsize=8)
+    s_show = torch.linspace(-6, 6, 601, dtype=F64)
+    for gm, col in zip(shown, gamma_colors(list(shown))):
+        i = int(np.where(gammas == gm)[0][0])
+        ax_c.plot(s_show, torch.sigmoid(maps.binary_focal_logit(s_show, gm)), color=col,
+                  label=rf"FC, $\gamma={gm:g}$")
+        ax_c.plot(s_show, torch.sigmoid(inv_t[i] * s_show), color=col, ls="--",
+                  label=f"TS, $T={1 / inv_t[i]:.3f}$")
+    ax_c.plot(s_show, torch.sigmoid(s_show), color=color("identity"), ls=":",
+              label="sigmoid (T = 1)")
+    ax_c.set(xlabel="logit $s$", ylabel="probability", title="FC and its closest TS")
+    ax_c.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Komisarenko & Kull (2024), multiclass
+# --------------------------------------------------------------------------------------------
+
+def _simplex_frame(ax, title: str) -> None:
+    from focalcal_book.style import simplex_frame
+
+    simplex_frame(ax, title)
+
+
+def risk_isolines(r_grid: torch.Tensor, risks: Mapping[str, torch.Tensor], p: torch.Tensor,
+                  levels_pct: Sequence[int] = (3, 12, 20)) -> Figure:
+    """K&K's Fig. 4: isolines of conditional risks over the 3-class simplex at quantiles of their
+    values, with the posterior ``p`` marked."""
+    import matplotlib.tri as mtri
+    import numpy as np
+
+    from focalcal_book.theory import barycentric_to_cartesian
+
+    tri_xy = barycentric_to_cartesian(r_grid).numpy()
+    triang = mtri.Triangulation(tri_xy[:, 0], tri_xy[:, 1])
+    fig, axes = plt.subplots(1, len(risks), figsize=(14, 3.9))
+    p_xy = barycentric_to_cartesian(p).numpy()
+    for ax, (name, risk) in zip(axes, risks.items()):
+        lv = np.quantile(risk.numpy(), [x / 100 for x in levels_pct])
+        cs = ax.tricontour(triang, risk.numpy(), levels=lv, colors=gamma_colors(levels_pct))
+        ax.clabel(cs, fmt={lv_: f"{pc}%" for lv_, pc in zip(cs.levels, levels_pct)}, fontsize=8)
+        ax.plot(*p_xy, marker="*", color=color("true posterior"), ms=10, ls="none", label="$p$")
+        _simplex_frame(ax, name.replace("L*", "$L^*$").replace("gamma", r"$\gamma$"))
+    axes[0].legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def closest_multiclass_ts(fits: Mapping[int, Mapping], paper: Mapping[int, tuple]) -> Figure:
+    """K&K's Fig. 6: the minimax ``1/T*`` per number of classes with its least-squares line and
+    the paper's line (``paper[K] = (slope, intercept)``), and the worst-case differences."""
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    cols = {3: color("TS"), 4: color("focal TS")}
+    for k, fit in fits.items():
+        sl, ic = fit["line"]
+        ax_l.plot(fit["gamma"], fit["inv_T"], color=cols[k], marker="o", ms=3, lw=1.2,
+                  label=f"K = {k}: minimax $1/T^*$")
+        ax_l.plot(fit["gamma"], sl * fit["gamma"] + ic, color=cols[k], ls="--", lw=1,
+                  label=f"K = {k}: fit {sl:.3f}$\\gamma$ + {ic:.3f}")
+        ax_r.plot(fit["gamma"], fit["err"], color=cols[k], marker="o", ms=3, lw=1.2,
+                  label=f"K = {k}")
+    gam = fits[3]["gamma"]
+    for k, (sl, ic) in paper.items():
+        ax_l.plot(gam, sl * gam + ic, color=cols[k], ls=":", lw=1, label=f"paper, K = {k}")
+    ax_l.set(xlabel=r"$\gamma$", ylabel=r"inverse temperature $1/T$",
+             title="Closest TS to the focal map")
+    ax_l.legend(fontsize=8)
+    ax_r.axhline(0.08, color="k", ls=":", lw=1, label="paper: 8%")
+    ax_r.set(xlabel=r"$\gamma$", ylabel=r"$\max |\hat p(q) - \mathrm{TS}_T(q)|$",
+             title="Worst-case difference")
+    ax_r.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def focal_and_ts_arrows(temperatures: Mapping[float, float], n: int = 12) -> Figure:
+    """K&K's Fig. 5: arrows from predictions ``q`` on the 3-class simplex to their images under
+    the focal map (top row) and under the closest TS map (bottom row), one column per gamma
+    (``temperatures[gamma] = T``)."""
+    from focalcal_book.theory import barycentric_to_cartesian, simplex_grid
+
+    arrow_q = simplex_grid(n, 3, interior=True)
+    arrow_xy = barycentric_to_cartesian(arrow_q).numpy()
+    fig, axes = plt.subplots(2, len(temperatures), figsize=(9, 8))
+    for col, (gm, t) in enumerate(temperatures.items()):
+        targets = {f"focal map, $\\gamma = {gm:g}$": maps.focal_map(arrow_q, gm),
+                   f"TS, $T = {t:.3f}$ (closest to $\\gamma = {gm:g}$)":
+                       torch.softmax(torch.log(arrow_q) / t, -1)}
+        for row, (title, target) in enumerate(targets.items()):
+            ax = axes[row, col]
+            end = barycentric_to_cartesian(target).numpy()
+            ax.quiver(arrow_xy[:, 0], arrow_xy[:, 1], end[:, 0] - arrow_xy[:, 0],
+                      end[:, 1] - arrow_xy[:, 1], angles="xy", scale_units="xy", scale=1,
+                      width=0.004, color=color("focal TS") if row == 0 else color("TS"))
+            _simplex_frame(ax, title)
+    fig.tight_layout()
+    return fig
+
+
+def focal_minus_ts(temperatures: Mapping[float, float], n: int = 150):
+    """K&K's Fig. 7: the top-class probability of the focal map minus that of its closest TS map
+    over the 3-class simplex, one panel per gamma. Returns the figure and, per gamma, the grid
+    points where the largest absolute difference over classes and the largest top-class
+    difference are attained."""
+    import matplotlib.tri as mtri
+    import numpy as np
+
+    from focalcal_book.theory import barycentric_to_cartesian, simplex_grid
+
+    heat_q = simplex_grid(n, 3, interior=True)
+    heat_xy = barycentric_to_cartesian(heat_q).numpy()
+    heat_tri = mtri.Triangulation(heat_xy[:, 0], heat_xy[:, 1])
+    top_h = heat_q.argmax(-1, keepdim=True)
+    fig, axes = plt.subplots(1, len(temperatures), figsize=(10, 4.2))
+    argmax_top = {}
+    for ax, (gm, t) in zip(axes, temperatures.items()):
+        diff = maps.focal_map(heat_q, gm) - torch.softmax(torch.log(heat_q) / t, -1)
+        top_diff = diff.gather(-1, top_h).squeeze(-1).numpy()
+        argmax_top[gm] = (heat_q[diff.abs().amax(-1).argmax()], heat_q[np.abs(top_diff).argmax()])
+        lim = np.abs(top_diff).max()
+        tpc = ax.tripcolor(heat_tri, top_diff, cmap="RdBu_r", vmin=-lim, vmax=lim,
+                           shading="gouraud")
+        fig.colorbar(tpc, ax=ax, shrink=0.8, label="focal map $-$ TS, top-class probability")
+        _simplex_frame(ax, f"$\\gamma = {gm:g}$, $T = {t:.3f}$")
+    fig.tight_layout()
+    return fig, argmax_top
