@@ -363,3 +363,140 @@ def focal_minus_ts(temperatures: Mapping[float, float], n: int = 150):
         _simplex_frame(ax, f"$\\gamma = {gm:g}$, $T = {t:.3f}$")
     fig.tight_layout()
     return fig, argmax_top
+
+
+# --------------------------------------------------------------------------------------------
+# Kimura & Naganuma (2024): focal loss as curvature reduction
+# --------------------------------------------------------------------------------------------
+
+def lemma1_bernoulli(gammas: Sequence[float] = (0.5, 3.0)) -> Figure:
+    """Lemma 1 for K = 2 and a one-hot target: the focal loss, the Bernoulli step of the printed
+    proof and the bound ``L_CE - gamma H``, one panel per gamma."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(gammas), figsize=(10, 3.6), sharey=True)
+    pp = np.linspace(0.005, 0.995, 500)
+    for ax, gv in zip(axes, gammas):
+        ce = -np.log(pp)
+        fl = maps.focal_loss_term(torch.tensor(pp), gv).numpy()
+        h2 = -pp * np.log(pp) - (1 - pp) * np.log1p(-pp)
+        ax.plot(pp, fl, color=color("focal"), label=r"focal loss $L_{FL}$")
+        ax.plot(pp, -(1 - gv * pp) * np.log(pp), "--", color=color("Psi"),
+                label=r"Bernoulli step $-(1-\gamma p)\ln p$")
+        ax.plot(pp, ce - gv * h2, ":", color=color("cross-entropy"),
+                label=r"bound $L_{CE} - \gamma H(\hat p)$")
+        ax.set(xlabel=r"predicted probability of the true class $\hat p_y$ ($k = 2$, one-hot $q$)",
+               title=rf"$\gamma = {gv:g}$", ylim=(-1.5, 4))
+    axes[0].set_ylabel("loss (nats)")
+    axes[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def gibbs_entropy_and_beta(p3, entropy, gibbs, minimum, beta, mu, phi, delta: float) -> Figure:
+    """Theorem 1 in the discrete analogue: (left) the entropy along the feasible segment with the
+    Gibbs maximum ``gibbs = (p3, H)`` and the minimum ``minimum = (p3, H)``; (right) the Gibbs
+    mean ``mu(beta)`` and the printed ``Phi(beta)`` against the constraint ``delta``."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    axes[0].plot(p3, entropy, color=color("cross-entropy"), label=r"$H(p)$ on the feasible set")
+    axes[0].plot([gibbs[0]], [gibbs[1]], "o", color=color("focal"),
+                 label="Gibbs distribution (maximum)")
+    axes[0].plot([minimum[0]], [minimum[1]], "s", color=color("Psi"),
+                 label=r"minimum, $p = (0, 5/6, 1/6)$")
+    axes[0].set(xlabel=r"$p_3$ (the rest fixed by $\sum p_i = 1$, $\sum p_i L_i = 5/2$)",
+                ylabel="entropy (nats)", title=r"$L = (1, 2, 5)$, $\delta = 5/2$")
+    axes[0].legend(loc="lower center")
+    axes[1].plot(beta, mu, color=color("cross-entropy"),
+                 label=r"Gibbs mean $\mu(\beta)$ (the constraint)")
+    axes[1].plot(beta, phi, "--", color=color("focal"), label=r"printed $\Phi(\beta)$ (eq. 15-16)")
+    axes[1].axhline(delta, color=color("identity"), lw=1, label=r"$\delta = 5/2$")
+    axes[1].set(xlabel=r"inverse temperature $\beta$", ylabel="value", yscale="log",
+                title="equation for $\\beta$")
+    axes[1].legend()
+    fig.tight_layout()
+    return fig
+
+
+def curvature_coefficient(gammas: Sequence[float] = (0.5, 1.0, 2.0, 3.0),
+                          p0s: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9)) -> Figure:
+    """Eq. 28: the true curvature coefficient ``g(p0, gamma)`` against the printed
+    ``(1 - p0)^gamma`` (left), and ``g(p0, gamma)`` as gamma grows (right)."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    pp = torch.linspace(0.001, 0.999, 500, dtype=F64)
+    for gv, col in zip(gammas, gamma_colors(list(gammas))):
+        axes[0].plot(pp, maps.gradient_factor(pp, gv), color=col, label=rf"$g(p_0, {gv:g})$ (true)")
+        axes[0].plot(pp, (1 - pp) ** gv, "--", color=col, lw=1.2)
+    axes[0].plot([], [], "--", color=color("identity"), label=r"$(1-p_0)^\gamma$ (Eq. 28)")
+    axes[0].axhline(1, color=color("cross-entropy"), lw=1, label="cross-entropy")
+    axes[0].set(xlabel=r"probability of the observation at the MLE, $p_0$",
+                ylabel="curvature coefficient", title="coefficient of the curvature term")
+    axes[0].legend(fontsize=8)
+    gl = np.linspace(0, 8, 300)
+    for p0, col in zip(p0s, gamma_colors(list(p0s), cmap="cividis")):
+        g_of = [float(maps.gradient_factor(torch.tensor(p0, dtype=F64), x)) for x in gl]
+        axes[1].plot(gl, g_of, color=col, label=rf"$p_0 = {p0}$")
+    axes[1].axhline(1, color=color("cross-entropy"), lw=1)
+    axes[1].set(xlabel=r"focusing parameter $\gamma$", ylabel=r"$g(p_0, \gamma)$", yscale="log",
+                title="curvature relative to cross-entropy")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def focal_loss_and_gradient(eq30, gammas: Sequence[float] = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0),
+                            eq30_gammas: Sequence[float] = (0.25, 0.5)) -> Figure:
+    """The curvature paper's Fig. 1 redrawn from the definitions: the focal loss and its
+    derivative per gamma, with the printed Eq. 30 (``eq30(p, gamma)``, numpy) dotted."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    pp = torch.linspace(0.01, 0.9999, 600, dtype=F64)
+    cols = dict(zip(gammas, gamma_colors(list(gammas))))
+    for gv, col in cols.items():
+        lab = _gamma_label(gv)
+        axes[0].plot(pp, maps.focal_loss_term(pp, gv), color=col, label=lab)
+        axes[1].plot(pp, maps.focal_loss_term_grad(pp, gv), color=col, label=lab)
+    for gv in eq30_gammas:
+        axes[1].plot(pp, eq30(pp.numpy(), gv), ":", color=cols[gv], lw=1.4)
+    names = ", ".join(f"{g:g}" for g in eq30_gammas)
+    eq30_handle, = axes[1].plot([], [], ":", color=color("identity"),
+                                label=rf"Eq. 30, $\gamma = {names}$ (not the gradient)")
+    axes[0].set(xlabel=r"predicted probability of the true class $p$", ylabel="loss (nats)",
+                ylim=(0, 5), title="focal loss")
+    axes[1].set(xlabel=r"predicted probability of the true class $p$",
+                ylabel=r"$\partial\ell_\gamma/\partial p$", ylim=(-5, 3),
+                title="its derivative (same colours)")
+    axes[0].legend()
+    axes[1].legend(handles=[eq30_handle], loc="upper center")
+    fig.tight_layout()
+    return fig
+
+
+def hutchinson_running(matrices: Mapping[str, torch.Tensor], running: Mapping, variance,
+                       names: Sequence[str] = ("positive definite", "indefinite")) -> Figure:
+    """Running Hutchinson estimates (``running[name, kind]``: per-probe estimates) with bands of
+    two standard errors from ``variance(matrix, kind)``, one panel per matrix."""
+    import math
+
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(names), figsize=(10, 3.6), sharex=True)
+    n_probes = len(next(iter(running.values())))
+    mm = np.arange(1, n_probes + 1)
+    for ax, name in zip(axes, names):
+        a_m = matrices[name]
+        trace = float(a_m.trace())
+        for kind, col in (("Rademacher", color("Hessian trace")), ("Gaussian", color("focal"))):
+            run = np.cumsum(running[name, kind].numpy()) / mm
+            sd = math.sqrt(variance(a_m, kind))
+            ax.plot(mm, run, color=col, label=f"{kind} probes")
+            ax.fill_between(mm, trace - 2 * sd / np.sqrt(mm), trace + 2 * sd / np.sqrt(mm),
+                            color=col, alpha=0.15, lw=0)
+        ax.axhline(trace, color=color("true posterior"), lw=1, label="trace")
+        ax.set(xscale="log", xlabel="number of probes $M$", ylabel="running Hutchinson estimate",
+               title=f"{name} $30 \\times 30$ matrix")
+        half = 6 * math.sqrt(variance(a_m, "Gaussian") / 10)
+        ax.set_ylim(trace - half, trace + half)
+    axes[0].legend()
+    fig.tight_layout()
+    return fig
