@@ -500,3 +500,79 @@ def hutchinson_running(matrices: Mapping[str, torch.Tensor], running: Mapping, v
     axes[0].legend()
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# the unifying chapter
+# --------------------------------------------------------------------------------------------
+
+def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, float]]],
+                               gamma_star: Mapping[float, float],
+                               gammas: Sequence[float] = (1.0, 2.0, 3.0, 5.0, 7.0)) -> Figure:
+    """The unifying figure. Left: Mukhoti's ``g = phi`` per gamma with the ``tau_oc`` ridge, the
+    ``tau_uc`` crossings, the FLSD schedules (``schedules[name] = [(threshold, gamma), ...]``)
+    and Mukhoti's ``gamma*(p0)`` (``gamma_star[p0]``). Right: K&K's weight ``h`` and the binary
+    focal map."""
+    import numpy as np
+
+    fig, (ax_g, ax_h) = plt.subplots(1, 2, figsize=(11, 5.6))
+    cols = gamma_colors(list(gammas), cmap="cividis")   # no green: FLSD-53 is green book-wide
+    pp = torch.as_tensor(np.linspace(1e-4, 1 - 1e-4, 1200), dtype=F64)
+    ppn = pp.numpy()
+    gam_ridge = torch.as_tensor(np.logspace(-2, 1.2, 200), dtype=F64)
+    ridge_v = maps.tau_oc(gam_ridge)
+    ridge_g = torch.stack([maps.phi(ridge_v[i], float(gam_ridge[i]))
+                           for i in range(len(gam_ridge))])
+    ax_g.plot(ridge_v, ridge_g, color=color("identity"), lw=1, ls="--",
+              label=r"$\tau_{oc}$ ridge: $(\tau_{oc}, \max g)$")
+    for gam, col in zip(gammas, cols):
+        ax_g.plot(ppn, maps.gradient_factor(pp, gam), color=col, lw=1.4,
+                  label=rf"$g = \varphi$, $\gamma = {gam:g}$")
+        t_oc, t_uc = maps.tau_oc(gam), maps.tau_uc(gam)
+        ax_g.plot([t_oc], [float(maps.phi(torch.as_tensor(t_oc, dtype=F64), gam))], "^",
+                  color=col, ms=6)
+        ax_g.plot([t_uc], [1.0], "o", color=col, ms=5)
+    ax_g.axhline(1.0, color="k", lw=0.8, label=r"level 1 ($\gamma = 0$, cross-entropy)")
+    for (name, sched), ls in zip(schedules.items(), ("-", ":")):
+        # gamma of the first bucket with p < threshold; the released code switches at 0.2 and
+        # 0.5 (gamma 5 / 3 / 3 for FLSD-53, 5 / 3 / 2 for FLSD-532): the same curves
+        gam_p = np.select([ppn < th for th, _ in sched], [gm for _, gm in sched],
+                          default=sched[-1][1])
+        g_p = np.zeros_like(ppn)
+        for gm in np.unique(gam_p):
+            g_p = np.where(gam_p == gm, maps.gradient_factor(pp, float(gm)).numpy(), g_p)
+        g_p[np.concatenate([np.diff(gam_p) != 0, [False]])] = np.nan  # no vertical segment
+        ax_g.plot(ppn, g_p, color=color(name), lw=3.2 if name == "FLSD-53" else 2.2, ls=ls,
+                  alpha=0.8, label=f"{name} ($\\gamma$ by $p$)", zorder=1)
+    for p0, gs in gamma_star.items():
+        ax_g.plot([p0], [1.0], "*", color="k", ms=11, zorder=5)
+        ax_g.annotate(rf"$\gamma^*({p0:g}) = {gs:.2f}$", (p0, 1.0),
+                      xytext=(p0 + 0.06, 0.62 + (p0 - 0.2) * 3),
+                      arrowprops=dict(arrowstyle="-", lw=0.6), fontsize=8,
+                      bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+    for th in (0.2, 0.5):
+        ax_g.axvline(th, color=color("FLSD-53"), lw=0.8, ls=":")
+    ax_g.annotate(r"$p_0 = 0.5$: $\gamma^* = 0$" "\n"
+                  r"($\tau_{uc} \to \frac{1}{2}$ as $\gamma \to 0$)", (0.5, 1.0),
+                  xytext=(0.6, 1.25), arrowprops=dict(arrowstyle="-", lw=0.6), fontsize=8)
+    ax_g.plot([], [], "^", color="0.3", label=r"$\tau_{oc}$ (max of $g$)")
+    ax_g.plot([], [], "o", color="0.3", label=r"$\tau_{uc}$ ($g = 1$)")
+    ax_g.set(xlabel=r"predicted probability of the true class $p$",
+             ylabel=r"$g(p, \gamma) = \varphi^\gamma(p)$", xlim=(0, 1), ylim=(0, 1.55),
+             title="Mukhoti's gradient factor = Charoenphakdee's $\\varphi$")
+    ax_g.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    for gam, col in zip(gammas, cols):
+        ax_h.plot(ppn, maps.h(pp, gam), color=col, lw=1.2, ls="--")
+        ax_h.plot(ppn, maps.binary_focal_map(pp, gam), color=col, lw=1.6,
+                  label=rf"$\gamma = {gam:g}$")
+        t_uc = maps.tau_uc(gam)
+        ax_h.plot([t_uc], [t_uc], "o", color=col, ms=5)
+    ax_h.plot([0, 1], [0, 1], color=color("identity"), lw=1, label="identity")
+    ax_h.plot([], [], color="0.3", ls="--", label=r"$h^\gamma(q) = -1/\ell'_\gamma(q)$")
+    ax_h.plot([], [], color="0.3", label=r"$h(q)/(h(q) + h(1-q))$ = binary focal map")
+    ax_h.plot([], [], "o", color="0.3", label=r"$\tau_{uc}$: fixed point of $h$")
+    ax_h.set(xlabel=r"predicted probability $q$", ylabel="weight / calibrated probability",
+             xlim=(0, 1), ylim=(0, 1), title="K&K's weight $h$ and the normalised map")
+    ax_h.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    fig.tight_layout()
+    return fig
