@@ -576,3 +576,150 @@ def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, flo
     ax_h.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Zhou et al. (2025)
+# --------------------------------------------------------------------------------------------
+
+def aurc_weights_and_bias(sizes, bias, mc: tuple[int, float, float], n_show: int = 50) -> Figure:
+    """AURC as a reweighted risk: (left) the population weight ``-ln(1 - G)`` against the exact
+    finite-sample weights ``H_n - H_{n-i}``; (right) the exact bias of the finite-sample AURC
+    against ``ln(n)/n`` with a Monte-Carlo point ``mc = (n, mean - 1/9, standard error)``."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    rank = np.arange(1, n_show + 1)
+    h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n_show + 1))])
+    uu = np.linspace(0, 1, 400, endpoint=False)
+    axes[0].plot(uu, -np.log1p(-uu), color=color("AURC"), label=r"population weight $-\ln(1-G)$")
+    axes[0].plot(rank / n_show, h[n_show] - h[n_show - rank], "o", ms=3.5,
+                 color=color("inverse focal"),
+                 label=rf"exact finite-sample weight $H_n - H_{{n-i}}$ ($n = {n_show}$)")
+    axes[0].set(xlabel=r"confidence rank $G(x)$ (fraction of samples at or below)",
+                ylabel="weight of the sample", ylim=(0, 5), title="AURC weights")
+    axes[0].legend(loc="upper left")
+    axes[1].loglog(sizes, bias, "-", color=color("AURC"), label="exact bias of the finite-sample AURC")
+    axes[1].loglog(sizes, np.log(sizes) / sizes, ":", color=color("identity"), label=r"$\ln(n)/n$")
+    n_mc, mc_bias, mc_se = mc
+    axes[1].errorbar([n_mc], [mc_bias], yerr=[2 * mc_se], fmt="s", color=color("inverse focal"),
+                     label="Monte Carlo, 400 samples (±2 SE)")
+    axes[1].set(xlabel="sample size $n$", ylabel=r"$\mathbb{E}[\widehat{\mathrm{AURC}}] - 1/9$",
+                title=r"bias for $r(u) = (1-u)^2$")
+    axes[1].legend()
+    fig.tight_layout()
+    return fig
+
+
+def ece_lower_bounds(err, top_label: tuple, classwise: tuple, k: int) -> Figure:
+    """Zhou et al.'s Sec. 4 bounds: the finest-binning ECE (left) and cwECE (right) of ``f`` and
+    of the constructed ``f'`` (``top_label = (f, f')``, ``classwise = (f, f')``) against the error
+    rate, with the bound ``err/k``."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    e = np.asarray(err)
+    panels = ((top_label, r"\widehat{\mathrm{ECE}}", "Prop. 4.2", "finest-binning ECE",
+               "top-label (Lemma 4.1, Prop. 4.2)"),
+              (classwise, r"\widehat{\mathrm{cwECE}}", "Prop. 4.4, renormalised",
+               "finest-binning cwECE", "class-wise (Props. 4.3, 4.4)"))
+    for ax, ((f, f_prime), name, prop, ylabel, title) in zip(axes, panels):
+        ax.plot(e, np.asarray(f), ".", ms=4, color=color("cross-entropy"),
+                label=rf"$f$: $\sup_B{name}_B$")
+        ax.plot(e, np.asarray(f_prime), ".", ms=4, color=color("selective-risk"),
+                label=rf"$f'$ ({prop})")
+        ax.plot(np.sort(e), np.sort(e) / k, "-", color=color("identity"),
+                label=r"bound $\widehat{\mathrm{err}}/k$")
+        ax.set(xlabel=r"error rate $\widehat{\mathrm{err}}$", ylabel=ylabel, title=title)
+    axes[0].legend()
+    axes[1].legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def selective_risk_weights(scores, weights: Mapping[str, torch.Tensor], tau: float,
+                           kappa: float) -> Figure:
+    """Prop. 4.6: selective-risk weights against the (uniform) score: the exact empirical
+    eq. (11), the corrected and the printed closed forms, and the training estimator
+    (``weights`` keyed ``exact``, ``corrected``, ``printed``, ``estimator``)."""
+    order = torch.argsort(scores)
+    sub = order[::40]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(scores[sub], weights["exact"][sub], ".", ms=3, color=color("true posterior"),
+            label="exact eq. (11), empirical measure")
+    ax.plot(scores[order], weights["corrected"][order], "-", color=color("selective-risk"),
+            label=r"$-\ln(1-G)/G_\tau$ (corrected)")
+    ax.plot(scores[order], weights["printed"][order], "--", color=color("AURC"),
+            label=r"$-\ln(1-G)$ (eq. 12 as printed)")
+    ax.plot(scores[sub], weights["estimator"][sub], ":", color=color("dual focal"),
+            label=r"training estimator, 64 bins, $\nu = 0.01$")
+    ax.axvline(tau, color=color("identity"), lw=1)
+    ax.set(xlabel=r"confidence score $g(x)$ (uniform)", ylabel=r"weight $\beta(x)$",
+           title=rf"selective-risk weights, $\kappa = P(\mathcal{{X}}_\tau) = {kappa}$")
+    ax.legend(loc="center right")
+    return fig
+
+
+def inverse_focal_and_dual_focal(gamma_star: float, p_y, dual: Mapping[str, object],
+                                 focal, gamma: float,
+                                 gammas: Sequence[float] = (3.0, 3.5, 4.0, 5.0)) -> Figure:
+    """(left) the gradient of the inverse focal loss per gamma, with the threshold
+    ``gamma_star``; (right) the dual focal loss as the paper defines it and as released
+    (``dual[variant]``: values on the probabilities ``p_y``) beside the focal loss ``focal``."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    pp = np.linspace(0.02, 0.98, 400)
+    gam_show = sorted([*gammas, gamma_star])
+    for gv, col in zip(gam_show, gamma_colors(gam_show)):
+        grad = -gv * (1 + pp) ** (gv - 1) * np.log(pp) - (1 + pp) ** gv / pp
+        lab = rf"$\gamma = {gv:.4g}$" + (r" $= 1/W(1/e)$" if abs(gv - gamma_star) < 1e-9 else "")
+        axes[0].plot(pp, grad, color=col, label=lab)
+    axes[0].axhline(0, color=color("identity"), lw=1)
+    axes[0].set(xlabel=r"true-class probability $p_y$", ylabel=r"$\partial\ell/\partial p_y$",
+                ylim=(-8, 3), title="inverse focal loss: gradient")
+    axes[0].legend(loc="lower right", frameon=True, framealpha=0.9, edgecolor="none")
+    for variant, lv in dual.items():
+        lv = np.asarray(lv)
+        if variant == "released":
+            lv = np.where(np.isclose(p_y, 0.5), np.nan, lv)
+        axes[1].plot(p_y, lv, "-" if variant == "paper" else "--",
+                     color=color("dual focal") if variant == "paper" else color("focal"),
+                     label=f"dual focal, {variant}")
+    axes[1].plot(p_y, focal, ":", color=color("identity"), label="focal")
+    axes[1].axvline(0.5, color=color("identity"), lw=0.8)
+    axes[1].set(xlabel=r"true-class probability $p_y$ ($k = 2$)", ylabel="loss", yscale="log",
+                title=rf"dual focal loss, $\gamma = {gamma:g}$")
+    axes[1].legend()
+    fig.tight_layout()
+    return fig
+
+
+def smoothed_cdf_bias(scores, smoothed: Mapping[float, torch.Tensor], grid, nus,
+                      bias_curves: Mapping[tuple, object]) -> Figure:
+    """Zhou et al.'s App. E: (left) the empirical CDF of ``scores`` and the smoothed CDFs
+    ``smoothed[nu]`` on ``grid``; (right) the mean error of the smoothed CDF against ``nu``
+    (``bias_curves[name, n_bins]``), with the bin widths and the paper's ``nu = 0.1``."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    n = len(scores)
+    axes[0].step(np.sort(np.asarray(scores)), np.arange(1, n + 1) / n, where="post",
+                 color=color("true posterior"), label=r"empirical CDF $G_n$")
+    for (nu, cdf), col in zip(smoothed.items(), gamma_colors(list(range(len(smoothed))))):
+        axes[0].plot(grid, cdf, color=col, label=rf"$\widehat G_\nu$, $\nu = {nu:g}$")
+    axes[0].set(xlabel="MSP confidence (CIFAR-10, ResNet-50, CE)", ylabel="CDF",
+                xlim=(0.3, 1.0), title="Fig. 5 of Zhou et al., 64 bins")
+    axes[0].legend(loc="upper left")
+    styles = {15: "--", 64: "-"}
+    for (name, nb), curve in bias_curves.items():
+        col = color("selective-risk") if name.startswith("CIFAR") else color("AURC")
+        axes[1].loglog(nus, curve, styles[nb], color=col, label=f"{name}, {nb} bins")
+    for nb in (15, 64):
+        axes[1].axvline(1 / nb, color=color("identity"), ls=styles[nb], lw=0.8)
+    axes[1].axvline(0.1, color=color("focal"), lw=1, label=r"paper: $\nu = 0.1$")
+    axes[1].set(xlabel=r"smoothing $\nu$ (score units; grey lines: bin widths)",
+                ylabel=r"mean $|\widehat G_\nu - G_n|$", title="bias of the smoothed CDF")
+    axes[1].legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    return fig
