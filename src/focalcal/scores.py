@@ -44,23 +44,16 @@ The empirical AURC of per-sample losses ``l`` is ``mean_i alpha_i l_i`` with ran
     (:func:`focalcal.losses.aurc_loss`) uses it.
 
 All three agree when the scores are distinct.
-
-Types
------
-:data:`ArrayLike` (``Tensor | numpy.ndarray``) is the input type of the public functions of the
-metrics and the losses; they return tensors.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TypeAlias
-
-import numpy as np
 import torch
 from torch import Tensor
 
 from ._validation import (
+    ArrayLike,
     as_float_tensor,
     check_choice,
     check_finite,
@@ -72,7 +65,6 @@ from ._validation import (
 __all__ = [
     "SCORES",
     "TIES",
-    "ArrayLike",
     "aurc_weights",
     "check_score",
     "from_log_probs",
@@ -80,9 +72,6 @@ __all__ = [
     "ranking_key",
     "smoothed_cdf",
 ]
-
-#: array input accepted by the public functions of :mod:`focalcal.metrics` and :mod:`focalcal.losses`
-ArrayLike: TypeAlias = Tensor | np.ndarray
 
 #: confidence-score functions (CSFs) of Zhou et al. (2025), Table 1
 SCORES = ("msp", "neg_entropy", "margin")

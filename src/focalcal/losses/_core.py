@@ -14,8 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._validation import check_choice
-from ..scores import ArrayLike
+from .._validation import ArrayLike, check_choice
 
 REDUCTIONS = ("mean", "sum", "none")
 

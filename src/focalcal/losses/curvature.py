@@ -10,8 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_choice, check_int
-from ..scores import ArrayLike
+from .._validation import ArrayLike, check_choice, check_int
 from ._core import check_lamda
 from .focal import cross_entropy_loss
 

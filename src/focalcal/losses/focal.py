@@ -16,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._validation import check_choice, check_gamma, check_int, check_positive
+from .._validation import ArrayLike, check_choice, check_gamma, check_int, check_positive
 from ..metrics import reliability_data
-from ..scores import ArrayLike
 from ._core import (
     Batch,
     check_ignore_index,

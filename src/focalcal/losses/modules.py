@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_choice, check_gamma, check_int
+from .._validation import ArrayLike, check_choice, check_gamma, check_int
 from ..metrics.kernel import check_kde_params, check_mmce_params
-from ..scores import ArrayLike, check_score
+from ..scores import check_score
 from ._core import check_ignore_index, check_lamda, check_reduction, prepare
 from .curvature import hessian_trace_loss
 from .focal import (

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._validation import ArrayLike
 from ..metrics.kernel import check_kde_params, check_mmce_params, ece_kde_unchecked, mmce_unchecked
-from ..scores import ArrayLike
 from ._core import check_ignore_index, check_lamda, check_reduction, penalised, prepare, reduce_loss
 
 

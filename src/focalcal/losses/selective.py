@@ -11,9 +11,8 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_choice, check_int, check_positive, check_unit_interval
+from .._validation import ArrayLike, check_choice, check_int, check_positive, check_unit_interval
 from ..scores import (
-    ArrayLike,
     aurc_weights,
     bin_counts,
     cdf_from_counts,

@@ -66,10 +66,10 @@ All bin statistics are accumulated in float64 whatever the input dtype.
 
 from __future__ import annotations
 
-from ..scores import SCORES, TIES
 from torch import Tensor
 
-from ..scores import ArrayLike
+from .._validation import ArrayLike
+from ..scores import SCORES, TIES
 from . import batched
 from .binned import BINNINGS, NORMS, ReliabilityData, calibration_error, reliability_data
 from .kernel import ece_kde, kde_bandwidth, mmce

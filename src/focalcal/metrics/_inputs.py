@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_labels, check_logits, check_probs
-from ..scores import ArrayLike
+from .._validation import ArrayLike, check_labels, check_logits, check_probs
 
 
 def one_of(probs: ArrayLike | None, logits: ArrayLike | None) -> None:

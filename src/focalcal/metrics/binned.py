@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._validation import check_choice, check_int, check_nonempty, check_unit_interval
-from ..scores import ArrayLike
+from .._validation import ArrayLike, check_choice, check_int, check_nonempty, check_unit_interval
 from ._inputs import as_probs, labels_for, top_label
 
 BINNINGS = ("width", "mass")

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._validation import check_choice, check_labels, check_logits, check_positive
-from ..scores import ArrayLike
+from .._validation import ArrayLike, check_choice, check_labels, check_logits, check_positive
 
 MODES = ("canonical", "top_label")
 #: the authors' bandwidth grid: ``logspace(-5, -1, 15)`` and ``linspace(0.2, 1, 5)``

@@ -8,8 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .._validation import check_int, check_probs, check_unit_interval
-from ..scores import ArrayLike
+from .._validation import ArrayLike, check_int, check_probs, check_unit_interval
 from ._inputs import as_probs, labels_for, log_probs, require_samples, scores_of, top_label
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_choice
-from ..scores import ArrayLike, aurc_weights, check_score, from_log_probs, ranking_key
+from .._validation import ArrayLike, check_choice
+from ..scores import aurc_weights, check_score, from_log_probs, ranking_key
 from ._inputs import as_log_probs, labels_for
 
 
