@@ -93,6 +93,10 @@ def run_chapter(page: str) -> dict:
     CACHE.mkdir(parents=True, exist_ok=True)
     for old in CACHE.glob(f"{page}-*.ipynb"):
         old.unlink()
+    for cell in nb.cells:  # keep only the glued values (the figures run to tens of MB)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.get("outputs", [])
+                            if "scrapbook" in o.get("metadata", {})]
     nbformat.write(nb, cached)
     return {"glue": glued(nb), "error": None, "cached": False}
 
