@@ -6,4 +6,7 @@
 - :mod:`focalcal_book.selective`  exact reference quantities for selective classification
 - :mod:`focalcal_book.oracles`    the focal-map oracle written from the papers (numpy / mpmath)
 - :mod:`focalcal_book.style`      the book's figure style
+- :mod:`focalcal_book.evidence`   float64 evidence the theory chapters assert on
+- :mod:`focalcal_book.figures`    the figures of the theory chapters
+- :mod:`focalcal_book.pages`      glue several values at once; tables for a reader
 """
