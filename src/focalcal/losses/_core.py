@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -17,6 +17,11 @@ from torch.autograd.function import once_differentiable
 from .._validation import ArrayLike, check_choice
 
 REDUCTIONS = ("mean", "sum", "none")
+
+#: ``phi(u, aux) -> (loss (M,), dloss/du (M, m))`` of the gathered log-probabilities ``u`` (M, m)
+Phi: TypeAlias = Callable[[Tensor, "Tensor | None"], tuple[Tensor, Tensor]]
+#: ``log p -> (index (M, m), aux, scratch (M, K) or None)``: columns picked inside the forward
+Picker: TypeAlias = Callable[[Tensor], tuple[Tensor, "Tensor | None", "Tensor | None"]]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -201,8 +206,7 @@ class _FusedLogProbLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, logits: Tensor,
-                index: Tensor | Callable[[Tensor], tuple[Tensor, Any, Tensor | None]],
-                phi: Callable[[Tensor, Any], tuple[Tensor, Tensor]], valid: Tensor | None,
+                index: Tensor | Picker, phi: Phi, valid: Tensor | None,
                 scale: float | None) -> Tensor:
         logp = torch.log_softmax(logits, dim=1)
         scratch = None
@@ -249,8 +253,7 @@ def log_softmax_backward(g: Tensor, logp: Tensor) -> Tensor:
     return g.sub_(torch.exp(logp).mul_(row))
 
 
-def fused_loss(batch: Batch, index: Tensor | Callable[[Tensor], tuple[Tensor, Any, Tensor | None]],
-               phi: Callable[[Tensor, Any], tuple[Tensor, Tensor]], reduction: str) -> Tensor:
+def fused_loss(batch: Batch, index: Tensor | Picker, phi: Phi, reduction: str) -> Tensor:
     """Apply the fused function to a prepared batch and reduce (see :class:`_FusedLogProbLoss`)."""
     out = _FusedLogProbLoss.apply(batch.x, index, phi, batch.valid, reduction_scale(batch, reduction))
     if reduction == "none":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeAlias
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,7 @@ from .._validation import ArrayLike, check_choice, check_gamma, check_int, check
 from ..metrics import reliability_data
 from ._core import (
     Batch,
+    Phi,
     check_ignore_index,
     check_lamda,
     check_output,
@@ -39,13 +40,16 @@ FLSD532: tuple[tuple[float, float], ...] = ((0.2, 5.0), (0.5, 3.0), (1.0, 2.0))
 
 DUAL_VARIANTS = ("paper", "released")
 
+#: per-sample ``gamma`` from the detached ``log p_t``: a tensor, or ``(|gamma|, (s, is_inverse))``
+GammaFn: TypeAlias = Callable[[Tensor], "Tensor | tuple[Tensor, tuple[Tensor, Tensor]]"]
+
 
 # --------------------------------------------------------------------------------------------
 # the per-sample loss phi(log p_t) of the focal family
 # --------------------------------------------------------------------------------------------
 
 def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor], positive: bool = False
-               ) -> Callable[[Tensor, Any], tuple[Tensor, Tensor]]:
+               ) -> Phi:
     """phi for ``-(1 + s p)^gamma log p`` with ``s = -1`` (focal) or ``s = +1`` (inverse focal).
 
     ``dphi/du = -b^gamma (1 + gamma s p u / b)`` with ``b = 1 + s p``. ``sign`` is ``-1.0``,
@@ -53,7 +57,7 @@ def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor], posit
     ``gamma`` is > 0 everywhere.
     """
 
-    def phi(u2: Tensor, aux: Any = None) -> tuple[Tensor, Tensor]:
+    def phi(u2: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
         u = u2.squeeze(1)
         p = torch.exp(u)
         if isinstance(sign, tuple):
@@ -79,14 +83,14 @@ def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor], posit
     return phi
 
 
-def focal_family(batch: Batch, gamma: float | Callable[[Tensor], Any], inverse: bool,
+def focal_family(batch: Batch, gamma: float | GammaFn, inverse: bool,
                   reduction: str) -> Tensor:
     """Focal (``inverse=False``) or inverse focal loss; ``gamma`` may be a function of the
     detached ``log p_t`` returning per-sample ``gamma`` or ``(|gamma|, (s, is_inverse))``."""
     if callable(gamma):
         positive = bool(getattr(gamma, "positive", False))
 
-        def phi(u2: Tensor, aux: Any = None) -> tuple[Tensor, Tensor]:
+        def phi(u2: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
             g = gamma(u2.squeeze(1))
             if isinstance(g, tuple):
                 return _phi_focal(g[0], g[1], positive)(u2)
@@ -349,7 +353,7 @@ def scheduled_focal_loss(logits: ArrayLike, target: ArrayLike, epoch: int,
 # dual focal
 # --------------------------------------------------------------------------------------------
 
-def _phi_dual(gamma: float) -> Callable[[Tensor, Any], tuple[Tensor, Tensor]]:
+def _phi_dual(gamma: float) -> Phi:
     """phi for ``-(1 - p_t + p_j)^gamma log p_t`` on ``u = (log p_t, log p_j)``; ``aux`` = has_j."""
 
     def phi(u: Tensor, has_j: Tensor | None) -> tuple[Tensor, Tensor]:
