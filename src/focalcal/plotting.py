@@ -92,7 +92,7 @@ def plot_reliability(labels: ArrayLike, *, probs: ArrayLike | None = None, logit
     Parameters
     ----------
     labels, probs, logits, n_bins, binning
-        As in :func:`reliability_data`.
+        As in :func:`focalcal.metrics.reliability_data`.
     method : str
         Key for :func:`focalcal.plotting.color` (e.g. ``"ce"``, ``"focal"``, ``"TS"``).
     title : str, optional
