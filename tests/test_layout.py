@@ -65,3 +65,17 @@ def test_readme_layout_lists_every_module(folder):
     unlisted = [p.name for p in children if f"`{p.stem}`" not in row and f"`{p.name}`" not in row
                 and f"`{p.stem}/`" not in row]
     assert not unlisted, f"README layout row {folder} does not mention {unlisted}"
+
+
+def test_import_contracts_cover_every_library_module():
+    """A new library module must be added to the architecture contracts of pyproject.toml."""
+    import tomllib
+
+    config = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contracts = {c["name"]: set(c["source_modules"]) for c in config["contracts"]}
+    library = {f"focalcal.{p.stem}" for p in SRC.iterdir()
+               if p.name not in ("__init__.py", "lab", "__pycache__")
+               and (p.suffix == ".py" or (p / "__init__.py").exists())}
+    plotting = {"focalcal.plotting"}
+    assert library - contracts["The library imports nothing from the lab or the book's helpers"] == set()
+    assert library - plotting - contracts["The library's core imports only numpy, scipy and torch"] == set()
