@@ -1,17 +1,39 @@
-"""focalcal: focal loss, temperature scaling and properness.
+"""focalcal: focal loss, focal calibration maps, calibration metrics and post-hoc calibrators.
 
-Modules, one job each:
+The library depends on numpy, scipy and torch only. Its entry points, importable from here:
 
-- :mod:`focalcal.maps`      the focal calibration map and the functions of the theory
-- :mod:`focalcal.metrics`   calibration and selective-prediction metrics
-- :mod:`focalcal.posthoc`   post-hoc calibrators (temperature scaling, focal TS, Psi)
-- :mod:`focalcal.losses`    training losses of the five papers
-- :mod:`focalcal.lab.data`      synthetic tasks, image datasets, published logits
-- :mod:`focalcal.lab.models`    networks that return logits
-- :mod:`focalcal.lab.train`     a resumable trainer
-- :mod:`focalcal.lab.sweep`     papermill sweeps (local or SLURM)
-- :mod:`focalcal_book.verify`    helpers that turn a proposition into an assertion
-- :mod:`focalcal.plotting`  the book's shared colours and figure style
+Training losses (:mod:`focalcal.losses`, ``torch.nn.functional`` + ``torch.nn`` pairs)
+    :func:`focal_loss` / :class:`FocalLoss`, :func:`flsd_loss` (FLSD-53), :func:`make_loss`
+    (every loss of the five papers by name).
+The focal calibration map (:mod:`focalcal.maps`)
+    :func:`focal_map`, :func:`focal_map_from_logits` (log space), :func:`inverse_focal_map`.
+Post-hoc calibrators (:mod:`focalcal.posthoc`, scikit-learn's ``fit`` / ``predict_proba``)
+    :class:`TemperatureScaling`, :class:`FocalTemperatureScaling`, :class:`PsiCorrection`.
+Metrics (:mod:`focalcal.metrics`)
+    :func:`ece`, :func:`classwise_ece`, :func:`nll`, :func:`brier`, :func:`aurc`.
+
+Also: :mod:`focalcal.scores` (confidence-score functions), :mod:`focalcal.plotting` (reliability
+diagrams; ``pip install "focalcal[plot]"``) and the experiment lab :mod:`focalcal.lab`
+(``pip install "focalcal[lab]"``).
+
+Example
+-------
+>>> import torch, focalcal
+>>> logits, labels = torch.tensor([[2.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
+>>> round(float(focalcal.focal_loss(logits, labels, gamma=0.0)), 4)  # gamma = 0 is cross-entropy
+0.2201
 """
 
+from .losses import FocalLoss, flsd_loss, focal_loss, make_loss
+from .maps import focal_map, focal_map_from_logits, inverse_focal_map
+from .metrics import aurc, brier, classwise_ece, ece, nll
+from .posthoc import FocalTemperatureScaling, PsiCorrection, TemperatureScaling
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "FocalLoss", "flsd_loss", "focal_loss", "make_loss",
+    "focal_map", "focal_map_from_logits", "inverse_focal_map",
+    "aurc", "brier", "classwise_ece", "ece", "nll",
+    "FocalTemperatureScaling", "PsiCorrection", "TemperatureScaling",
+]
