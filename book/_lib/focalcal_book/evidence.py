@@ -197,8 +197,9 @@ def two_level_drops(ks: Sequence[int], gammas: Sequence[float], *, n: int = 400)
 def closest_multiclass_ts(k: int, step: float, gammas, *, spread: float = 10.0,
                           n_scan: int = 24) -> dict:
     """K&K's Figs. 5-7: the minimax inverse temperature of the TS map closest to the K-class
-    focal map for each gamma (adaptive logit grid of :func:`focalcal_book.theory.
-    adaptive_minimax_inverse_temperature`, box of width ``spread``), its worst-case error, the
+    focal map for each gamma (the adaptive logit grid of
+    :func:`focalcal_book.theory.adaptive_minimax_inverse_temperature`, a box of width
+    ``spread``), its worst-case error, the
     number of logit vectors and the least-squares line of ``1/T`` against gamma. Asserts that
     ``1/T`` has no kink (a fit in another local minimum would show one)."""
     import numpy as np
