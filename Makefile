@@ -14,15 +14,17 @@ RUNS   ?= runs/$(PROFILE)
 # runs at a time in `make sweep` and `make book` (the cpu profile is sized for 2 cores)
 JOBS   ?= 2
 
-# The published CIFAR-10 logits: a local copy wins over the download. It is looked for beside the
+# The published logits (the CIFAR-10 ResNet-50 runs and Mukhoti et al.'s released networks): a local
+# copy of the directory holding both folders wins over the download. It is looked for beside the
 # project, then beside the repository this checkout was cloned from (a clone into /tmp has no
-# ../shared of its own); an explicit FOCALCAL_LOGITS_DIR wins over both.
+# ../shared of its own); an explicit FOCALCAL_LOGITS_ROOT wins over both (FOCALCAL_LOGITS_DIR, the
+# older variable naming the CIFAR-10 folder itself, is still honoured for that folder).
 ORIGIN := $(patsubst file://%,%,$(shell git config --get remote.origin.url 2>/dev/null))
-LOGITS_CANDIDATES := $(abspath ../shared/data/cifar10-resnet50-logits) \
-                     $(if $(ORIGIN),$(abspath $(ORIGIN)/../shared/data/cifar10-resnet50-logits))
-SHARED_LOGITS := $(firstword $(foreach d,$(LOGITS_CANDIDATES),$(if $(wildcard $(d)/ce_test.npz),$(d))))
+LOGITS_CANDIDATES := $(abspath ../shared/data) \
+                     $(if $(ORIGIN),$(abspath $(ORIGIN)/../shared/data))
+SHARED_LOGITS := $(firstword $(foreach d,$(LOGITS_CANDIDATES),$(if $(wildcard $(d)/cifar10-resnet50-logits/ce_test.npz),$(d))))
 ifneq ($(SHARED_LOGITS),)
-export FOCALCAL_LOGITS_DIR ?= $(SHARED_LOGITS)
+export FOCALCAL_LOGITS_ROOT ?= $(SHARED_LOGITS)
 endif
 export PYTHONHASHSEED := 0
 

@@ -15,11 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Tests never download: they read the local copy of the published logits that CI and developers
-# have. `make test` finds it and exports FOCALCAL_LOGITS_DIR; a bare `pytest` in a checkout with
-# ../shared beside it finds it here. Set before any test module imports focalcal.
-_BESIDE = ROOT.parent / "shared" / "data" / "cifar10-resnet50-logits"
-if "FOCALCAL_LOGITS_DIR" not in os.environ and _BESIDE.is_dir():
-    os.environ["FOCALCAL_LOGITS_DIR"] = str(_BESIDE)
+# have, a directory holding cifar10-resnet50-logits/ and mukhoti-pretrained-logits/. `make test` finds
+# it and exports FOCALCAL_LOGITS_ROOT; a bare `pytest` in a checkout with ../shared beside it finds
+# it here. Set before any test module imports focalcal. (FOCALCAL_LOGITS_DIR, the older variable
+# naming the CIFAR-10 folder itself, still wins for that folder when set.)
+_BESIDE = ROOT.parent / "shared" / "data"
+if "FOCALCAL_LOGITS_ROOT" not in os.environ and (_BESIDE / "cifar10-resnet50-logits").is_dir():
+    os.environ["FOCALCAL_LOGITS_ROOT"] = str(_BESIDE)
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
@@ -27,11 +29,27 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 def shared_logits_dir() -> Path:
     """The local copy of the published CIFAR-10 logits (tests that need real data fail without it)."""
     env = os.environ.get("FOCALCAL_LOGITS_DIR")
-    if not env or not (Path(env) / "ce_test.npz").is_file():
-        pytest.fail("the published CIFAR-10 logits are needed: set FOCALCAL_LOGITS_DIR to a directory "
-                    "holding ce_test.npz etc. (`make test` looks in ../shared/data/cifar10-resnet50-logits "
-                    f"beside the project and beside the repository it was cloned from); got {env!r}")
-    return Path(env)
+    root = os.environ.get("FOCALCAL_LOGITS_ROOT")
+    folder = Path(env) if env else Path(root) / "cifar10-resnet50-logits" if root else None
+    if folder is None or not (folder / "ce_test.npz").is_file():
+        pytest.fail("the published CIFAR-10 logits are needed: set FOCALCAL_LOGITS_ROOT to a directory "
+                    "holding cifar10-resnet50-logits/ (`make test` looks for ../shared/data beside the "
+                    "project and beside the repository it was cloned from); got "
+                    f"FOCALCAL_LOGITS_ROOT={root!r}, FOCALCAL_LOGITS_DIR={env!r}")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def shared_data_root() -> Path:
+    """The local directory holding both published-logits folders (the released networks' pages and
+    tests need Mukhoti et al.'s networks as well; tests that need them fail without it)."""
+    root = os.environ.get("FOCALCAL_LOGITS_ROOT")
+    need = ("cifar10-resnet50-logits/ce_test.npz", "mukhoti-pretrained-logits/cifar10_resnet50_brier/val_logits.npy")
+    if not root or not all((Path(root) / n).is_file() for n in need):
+        pytest.fail("the published logits of the released networks are needed: set FOCALCAL_LOGITS_ROOT "
+                    "to a directory holding cifar10-resnet50-logits/ and mukhoti-pretrained-logits/ "
+                    f"(e.g. ../shared/data); got {root!r}")
+    return Path(root)
 
 
 def code_key(base: Path = ROOT / "src" / "focalcal") -> str:

@@ -4,7 +4,8 @@ One entry point, :func:`get_dataset` (one split as a :class:`torch.utils.data.Da
 :func:`make_loaders` (train/val/test :class:`~torch.utils.data.DataLoader`\\ s); the registry
 :data:`DATASETS` lists every name with its classes, input shape and split sizes. Every public name
 is importable from here; the modules are ``synthetic`` (tasks with a known posterior), ``images``
-(image datasets), ``published`` (published logits and the cache), ``registry`` (:data:`DATASETS`,
+(image datasets), ``published`` (published logits and the cache), ``released`` (the registry of
+released trained networks, :data:`RELEASED`), ``registry`` (:data:`DATASETS`,
 :func:`get_dataset`) and ``loaders`` (:func:`make_loaders`).
 
 Synthetic tasks (known posterior)
@@ -54,7 +55,15 @@ Published logits
 (2025) in ``han678/CalibWeightedRisk`` (removed upstream later; pinned here to the commit that
 still has them). The files carry no licence, so the project never commits them: they are
 downloaded once into a cache directory and checked against a pinned sha256, or read from a local
-copy named by the environment variable ``FOCALCAL_LOGITS_DIR``.
+copy: ``$FOCALCAL_LOGITS_ROOT`` names a directory holding every published-logits folder (the
+older ``$FOCALCAL_LOGITS_DIR`` names this one folder itself).
+
+Released networks
+-----------------
+:data:`RELEASED` is the registry of 17 trained CIFAR networks whose logits are public: the 12
+released with Mukhoti et al. (2020) (Brier loss and FLSD-53; validation and test logits) and the
+five ResNet-50 runs above. :func:`released_logits` returns one split of one of them, from
+``$FOCALCAL_LOGITS_ROOT``, the cache, or a sha256-checked download (:mod:`.released`).
 """
 
 from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_FILES, NORMALIZATION, TINY_IMAGENET_MD5,
@@ -64,6 +73,8 @@ from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_FILES, NO
 from .loaders import Loaders, make_loaders, seed_worker
 from .published import (CACHE_ENV, LOGITS_ENV, PUBLISHED_LOSSES, PUBLISHED_SHA256, DataUnavailableError,
                         cache_dir, published_logits, published_logits_path)
+from .released import (LOGITS_ROOT_ENV, MUKHOTI_FOLDER, RELEASED, ZHOU_FOLDER, ReleasedFile, ReleasedNetwork,
+                       logits_root, released_logits, released_network, released_path)
 from .registry import DATASETS, SYNTHETIC_SIZES, DatasetInfo, dataset_info, get_dataset
 from .synthetic import SPLITS, GaussianMixture, SyntheticDataset, charoenphakdee_1d_task, gaussian_mixture_task
 
@@ -81,4 +92,7 @@ __all__ = [
     # published logits
     "LOGITS_ENV", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
     "cache_dir", "published_logits_path", "published_logits",
+    # released networks
+    "LOGITS_ROOT_ENV", "MUKHOTI_FOLDER", "ZHOU_FOLDER", "RELEASED", "ReleasedFile", "ReleasedNetwork",
+    "released_network", "released_path", "released_logits", "logits_root",
 ]

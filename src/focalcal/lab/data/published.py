@@ -3,7 +3,9 @@
 :func:`published_logits` returns the logits of ``han678/CalibWeightedRisk`` (removed upstream later;
 pinned here to the commit that still has them). The files carry no licence, so the project never
 commits them: they are downloaded once into :func:`cache_dir` and checked against a pinned sha256,
-or read from a local copy named by the environment variable ``FOCALCAL_LOGITS_DIR``.
+or read from a local copy: ``$FOCALCAL_LOGITS_ROOT/cifar10-resnet50-logits`` (the variable names a
+directory holding every published-logits folder, see :mod:`focalcal.lab.data.released`) or, as
+before, ``$FOCALCAL_LOGITS_DIR`` naming that folder itself.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import torch
 
 from ..._validation import check_choice
 
-__all__ = ["LOGITS_ENV", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
+__all__ = ["LOGITS_ENV", "LOGITS_ROOT_ENV", "ZHOU_FOLDER", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
            "cache_dir", "published_logits_path", "published_logits"]
 
 LOGITS_ENV = "FOCALCAL_LOGITS_DIR"
+#: a directory holding every published-logits folder (this module's is :data:`ZHOU_FOLDER`)
+LOGITS_ROOT_ENV = "FOCALCAL_LOGITS_ROOT"
+ZHOU_FOLDER = "cifar10-resnet50-logits"
 CACHE_ENV = "FOCALCAL_CACHE"
 _LOGITS_COMMIT = "d5fdafc43dab45bafa223ea1254aedd14a53f60e"
 _LOGITS_URL = ("https://raw.githubusercontent.com/han678/CalibWeightedRisk/" + _LOGITS_COMMIT
@@ -88,7 +93,8 @@ def published_logits_path(name: str, split: str = "test", *, root: str | os.Path
     """Local path of one published logits file, downloading it if needed.
 
     Looks in ``root``, then ``$FOCALCAL_LOGITS_DIR`` (files named ``<name>_<split>.npz``), then
-    the cache; downloads into the cache when ``download`` and the network allow.
+    ``$FOCALCAL_LOGITS_ROOT/cifar10-resnet50-logits``, then the cache; downloads into the cache when
+    ``download`` and the network allow.
     """
     check_choice(split, "split", ("train", "test"))
     check_choice(name, "name", sorted({n for n, _ in PUBLISHED_SHA256}))
@@ -97,26 +103,27 @@ def published_logits_path(name: str, split: str = "test", *, root: str | os.Path
                          f"{sorted(s for n, s in PUBLISHED_SHA256 if n == name)}")
     sha = PUBLISHED_SHA256[(name, split)]
     fname = f"{name}_{split}.npz"
-    for base in (root, os.environ.get(LOGITS_ENV)):
+    in_root = os.path.join(os.environ[LOGITS_ROOT_ENV], ZHOU_FOLDER) if os.environ.get(LOGITS_ROOT_ENV) else None
+    for base in (root, os.environ.get(LOGITS_ENV), in_root):
         if base:
             p = Path(base) / fname
             if p.is_file():
                 return p
             if root is not None and base == root:
                 raise DataUnavailableError(f"{p} does not exist")
-    cached = cache_dir() / "cifar10-resnet50-logits" / fname
+    cached = cache_dir() / ZHOU_FOLDER / fname
     if cached.is_file() and _sha256(cached) == sha:
         return cached
     if not download:
-        raise DataUnavailableError(f"{fname} is not cached and download=False; set {LOGITS_ENV} "
-                                   f"to a directory holding it")
+        raise DataUnavailableError(f"{fname} is not cached and download=False; set {LOGITS_ROOT_ENV} "
+                                   f"to a directory holding {ZHOU_FOLDER}/ (or {LOGITS_ENV} to that folder)")
     url = _LOGITS_URL.format(name=name, split=split)
     try:
         _download(url, cached, sha)
     except (urllib.error.URLError, OSError, TimeoutError) as err:
         raise DataUnavailableError(
-            f"could not download {url} ({err}); set {LOGITS_ENV} to a local copy of the "
-            f"published logits") from err
+            f"could not download {url} ({err}); set {LOGITS_ROOT_ENV} to a directory holding a "
+            f"local copy of {ZHOU_FOLDER}/ (or {LOGITS_ENV} to that folder)") from err
     return cached
 
 
@@ -132,7 +139,8 @@ def published_logits(name: str, split: str = "test", *, root: str | os.PathLike 
     split : {"train", "test"}
         50 000 training or 10 000 test images (``"aurc"`` has only ``"test"``).
     root : path, optional
-        Directory holding ``<name>_<split>.npz``; defaults to ``$FOCALCAL_LOGITS_DIR``.
+        Directory holding ``<name>_<split>.npz``; defaults to ``$FOCALCAL_LOGITS_DIR``, then
+        ``$FOCALCAL_LOGITS_ROOT/cifar10-resnet50-logits``.
     download : bool
         Fetch from the pinned upstream commit (sha256-checked) when not found locally.
     dtype : torch.dtype
