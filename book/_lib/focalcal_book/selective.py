@@ -10,8 +10,8 @@ CDF of Zhou et al.'s eq. (15) (:func:`focalcal.scores.smoothed_cdf`) in float64,
 against :func:`empirical_cdf` can be measured. The rank weights come from the library too
 (:func:`focalcal.scores.aurc_weights`, ``ties="threshold"``).
 
-Conventions
------------
+Score conventions
+-----------------
 Scores are confidence scores ``g(x)`` (larger = more confident) of shape ``(..., N)``, batched
 over leading dims. ``G(x) = P(g(x') <= g(x))`` is the CDF of the score (Zhou et al., eq. 6) and
 ``N_>=(t) = #{j : g_j >= t}`` the number of samples accepted at threshold ``t``. A selective
