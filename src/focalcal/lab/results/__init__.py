@@ -15,6 +15,10 @@ is importable from here (``from focalcal.lab import results``); the modules, one
 ``synthetic``  synthetic tasks: test sets drawn again with their true posterior, and the KL
                divergence of every calibrator to it
 ``figures``    the experiment chapters' figures
+``released``   the papers' protocols on the released networks (:data:`focalcal.lab.data.RELEASED`):
+               Mukhoti et al.'s tables, Komisarenko & Kull's focal TS against TS, Zhou et al.'s
+               post-hoc quantities; one cached row per network (``from focalcal.lab.results import released``)
+``bootstrap``  the paired bootstrap over test samples of a difference of two calibrators' ECE
 =============  =======================================================================================
 
 A run folder (written by the ``train_classifier`` template through
@@ -57,6 +61,7 @@ equal-width bins per class), ``brier``; plus the selected ``temperature`` and ``
 ``t_max``). All metrics are fractions (not percentages).
 """
 
+from . import bootstrap, released
 from .figures import plot_posterior_1d, plot_posterior_kl, plot_reliability_panel, plot_training_curves
 from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibration, calibrate,
                        confidence_row, metric_row, temperature_grid, training_gamma)

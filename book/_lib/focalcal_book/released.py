@@ -1,0 +1,352 @@
+"""Helpers of the "Released models" pages: the data check, the cache, comparisons with the papers'
+printed numbers, verdicts, and the figures.
+
+The protocols themselves are in the lab (:mod:`focalcal.lab.results.released`); the papers' numbers
+in :mod:`focalcal_book.printed`. Here:
+
+- :func:`data_check` loads every file the pages need (or downloads it) and, when that is impossible,
+  shows the note a reader without the data sees instead of the numbers;
+- :func:`cache_dir`: ``_build/released-cache`` of the book, where the deterministic rows are kept;
+- :func:`compare` / :func:`comparison` / :func:`comparison_grid`: a computed value against the printed
+  one, to the printed rounding ("exact"), within 0.01 ("close") or not ("differs"), shown as a
+  coloured table;
+- :func:`loss_verdicts` and :func:`verdict_sentence`: the focal TS vs TS verdicts per training loss;
+- figures: :func:`forest_plot`, :func:`reliability_row`, :func:`aurc_plot`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from focalcal import plotting
+from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
+
+__all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "data_check", "network_label", "compare",
+           "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "loss_verdicts", "verdict_sentence", "forest_plot",
+           "reliability_row", "aurc_plot", "pp", "confidence_gap"]
+
+#: the sentence a page shows instead of its numbers when the logits are neither local nor downloadable
+NOTE = ("**The released networks' logits are not available on this machine** ({err}). Set "
+        "`FOCALCAL_LOGITS_ROOT` to a directory holding `mukhoti-pretrained-logits/` and "
+        "`cifar10-resnet50-logits/` (e.g. `../shared/data`), or build with network access, to see "
+        "this page's numbers and figures.")
+#: background of a compared cell, by verdict (with a symbol, so the table reads in grey print too)
+VERDICT_COLORS = {"exact": "#dff3e4", "close": "#fff1c2", "differs": "#fbd5d2"}
+_SYMBOL = {"exact": "✓", "close": "≈", "differs": "✗"}
+
+_PCT = ("ece_pre", "ece_post", "adaece_pre", "adaece_post", "error", "nll_pre", "nll_post", "mce_pre", "mce_post",
+        "s99_pre", "s99_acc_pre", "s99_post", "s99_acc_post")
+#: Mukhoti et al.'s printed quantities -> (column of ``mukhoti_table``, scale to the printed unit: %)
+MUKHOTI_COLUMNS: dict[str, tuple[str, float]] = {"temperature": ("temperature", 1.0),
+                                                  "temperature_adaece": ("temperature", 1.0),
+                                                  **{q: (q, 100.0) for q in _PCT}}
+#: the same, with the AdaECE as Mukhoti et al.'s released code computes it
+MUKHOTI_CODE_COLUMNS: dict[str, tuple[str, float]] = {**MUKHOTI_COLUMNS, "adaece_pre": ("adaece_code_pre", 100.0),
+                                                       "adaece_post": ("adaece_code_post", 100.0)}
+#: column headers of the comparison tables, by group of Mukhoti et al.'s tables
+MUKHOTI_HEADERS: dict[str, dict[str, str]] = {
+    "tables 1, 2, 4": {"temperature": "T", "ece_pre": "ECE pre T", "ece_post": "ECE post T",
+                       "adaece_pre": "AdaECE pre T", "adaece_post": "AdaECE post T", "error": "error"},
+    "tables 9-12": {"nll_pre": "NLL pre T", "nll_post": "NLL post T", "mce_pre": "MCE pre T",
+                    "mce_post": "MCE post T"},
+    "table 13": {"s99_pre": "|S99| pre T", "s99_acc_pre": "accuracy on S99 pre T", "s99_post": "|S99| post T",
+                 "s99_acc_post": "accuracy on S99 post T"},
+    "adaece": {"temperature_adaece": "T", "adaece_pre": "AdaECE pre T", "adaece_post": "AdaECE post T"},
+}
+
+#: Zhou et al.'s printed quantities -> (column of ``zhou_table``, scale: % and "x 10^2" alike)
+ZHOU_COLUMNS: dict[str, tuple[str, float]] = {
+    "accuracy": ("accuracy", 100.0), "ece": ("ece_raw", 100.0), "cwece_raw": ("cwece_raw", 100.0),
+    "cwece_ts": ("cwece_ts", 100.0), "temperature_cw": ("temperature", 1.0), "adaece_raw": ("adaece_raw", 100.0),
+    "adaece_ts": ("adaece_ts", 100.0), "temperature_ada": ("temperature", 1.0)}
+ZHOU_HEADERS: dict[str, str] = {"accuracy": "accuracy", "ece": "ECE", "cwece_raw": "cwECE", "cwece_ts": "cwECE, TS",
+                                "temperature_cw": "T", "adaece_raw": "AdaECE", "adaece_ts": "AdaECE, TS",
+                                "temperature_ada": "T (App. Table 4)"}
+
+
+def book_root(start: str | Path | None = None) -> Path | None:
+    """The repository root above ``start`` (default: the working directory): the folder with ``_toc.yml``."""
+    here = Path(start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "_toc.yml").is_file():
+            return d
+    return None
+
+
+def cache_dir() -> Path | None:
+    """``<book root>/_build/released-cache`` (``None`` outside the book: nothing is cached)."""
+    root = book_root()
+    return None if root is None else root / "_build" / "released-cache"
+
+
+def data_check(names: Iterable[str] | None = None, splits: Mapping[str, Sequence[str]] | None = None) -> bool:
+    """Whether every file of ``names`` (default: all released networks) is local or downloadable.
+
+    On failure the page's note (:data:`NOTE`) is displayed and ``False`` returned; nothing raises.
+    ``splits`` restricts a network to some of its splits.
+    """
+    from IPython.display import Markdown, display
+
+    try:
+        for name in names or RELEASED:
+            net = RELEASED[name]
+            for split in (splits or {}).get(name, net.splits):
+                for f in net.files[split]:
+                    released_path(f)
+    except DataUnavailableError as err:
+        display(Markdown(NOTE.format(err=str(err).replace("`", "'"))))
+        return False
+    return True
+
+
+def network_label(name: str, *, loss: bool = True) -> str:
+    """``"CIFAR-10 ResNet-50, Brier"`` (the registry's label) or without the loss."""
+    net = RELEASED[name]
+    return net.label if loss else net.label.rsplit(",", 1)[0]
+
+
+def pp(value: float) -> str:
+    """A fraction as percentage points with two decimals and a true minus sign."""
+    return f"{100 * value:+.2f}".replace("-", "−")
+
+
+def confidence_gap(labels: Any, logits: Any) -> float:
+    """Mean top-class confidence minus accuracy of ``logits`` (a fraction; > 0: over-confident)."""
+    import torch
+
+    p = torch.softmax(torch.as_tensor(logits, dtype=torch.float64), dim=-1)
+    conf, pred = p.max(dim=-1)
+    return float(conf.mean() - (pred == torch.as_tensor(labels)).double().mean())
+
+
+# --------------------------------------------------------------------------------------------
+# computed against printed
+# --------------------------------------------------------------------------------------------
+
+def compare(ours: float, printed: str) -> str:
+    """``"exact"`` when ``ours`` rounded to the decimals of ``printed`` equals it, ``"close"`` when
+    within 0.01 of it, else ``"differs"`` (NaN: ``"differs"``)."""
+    if ours is None or (isinstance(ours, float) and math.isnan(ours)):
+        return "differs"
+    d = len(printed.split(".", 1)[1]) if "." in printed else 0
+    value = float(printed)
+    if abs(round(float(ours), d) - value) < 0.5 * 10 ** -(d + 3):
+        return "exact"
+    return "close" if abs(float(ours) - value) <= 0.01 + 1e-12 else "differs"
+
+
+def comparison(computed: pd.DataFrame, printed: Mapping[str, Mapping[str, tuple[str, str]]],
+               columns: Mapping[str, tuple[str, float]]) -> pd.DataFrame:
+    """Every printed number beside the computed one: one row per (network, quantity).
+
+    Parameters
+    ----------
+    computed : DataFrame
+        One row per network (column ``network``), as :func:`focalcal.lab.results.released.mukhoti_table`.
+    printed : mapping
+        network -> quantity -> (printed text, source key), as :data:`focalcal_book.printed.MUKHOTI`.
+    columns : mapping
+        quantity -> (column of ``computed``, scale to the printed unit, e.g. 100 for %).
+
+    Returns
+    -------
+    DataFrame
+        ``network``, ``quantity``, ``printed`` (text), ``source``, ``ours`` (in the printed unit),
+        ``verdict`` (:func:`compare`).
+    """
+    from focalcal_book.printed import SOURCES
+
+    by_name = computed.set_index("network")
+    rows = []
+    for net, quantities in printed.items():
+        if net not in by_name.index:
+            continue
+        for q, (text, key) in quantities.items():
+            if q not in columns:
+                continue
+            col, scale = columns[q]
+            ours = float(by_name.loc[net, col]) * scale
+            rows.append({"network": net, "quantity": q, "printed": text, "source": SOURCES[key].cite,
+                         "ours": ours, "verdict": compare(ours, text)})
+    return pd.DataFrame(rows)
+
+
+def counts(frame: pd.DataFrame, column: str = "verdict") -> dict[str, int]:
+    """How many rows are ``exact``, ``close`` and ``differs`` (all three keys present)."""
+    c = frame[column].value_counts()
+    return {k: int(c.get(k, 0)) for k in ("exact", "close", "differs")}
+
+
+def comparison_grid(long: pd.DataFrame, headers: Mapping[str, str], *, verdict: str = "verdict",
+                    ours: str = "ours"):
+    """A wide table of :func:`comparison`'s rows: one row per network, one column per quantity.
+
+    A cell shows our value with the printed decimals and a symbol (✓ exact, ≈ within 0.01,
+    ✗ differs), the printed value in brackets unless exact; its background shows the verdict
+    (:data:`VERDICT_COLORS`).
+    """
+    sub = long[long["quantity"].isin(list(headers))]
+    nets = list(dict.fromkeys(sub["network"]))
+    text = pd.DataFrame("", index=nets, columns=list(headers))
+    style = pd.DataFrame("", index=nets, columns=list(headers))
+    for r in sub.itertuples(index=False):
+        d = len(r.printed.split(".", 1)[1]) if "." in r.printed else 0
+        v = getattr(r, verdict)
+        value = getattr(r, ours)
+        shown = "–" if value != value else f"{value:.{d}f}"
+        text.loc[r.network, r.quantity] = f"{shown} {_SYMBOL[v]}" + ("" if v == "exact" else f" ({r.printed})")
+        style.loc[r.network, r.quantity] = f"background-color: {VERDICT_COLORS[v]}"
+    text.insert(0, "network", [network_label(n) for n in nets])
+    style.insert(0, "network", "")
+    text = text.rename(columns=dict(headers))
+    style.columns = text.columns
+    return (text.style.apply(lambda _: style, axis=None).hide(axis="index")
+            .set_properties(**{"text-align": "right"}).set_properties(subset=["network"], **{"text-align": "left"}))
+
+
+# --------------------------------------------------------------------------------------------
+# focal TS against TS
+# --------------------------------------------------------------------------------------------
+
+def loss_verdicts(intervals: pd.DataFrame) -> pd.DataFrame:
+    """Per training loss: networks, and how many intervals say focal TS is better, worse or indistinguishable."""
+    order = list(dict.fromkeys(intervals["loss"]))
+    c = pd.crosstab(intervals["loss"], intervals["verdict"]).reindex(index=order, fill_value=0)
+    for v in ("better", "worse", "indistinguishable"):
+        if v not in c:
+            c[v] = 0
+    out = c[["better", "worse", "indistinguishable"]].reset_index()
+    out.insert(1, "networks", out[["better", "worse", "indistinguishable"]].sum(axis=1))
+    out["claim holds"] = out["better"] == out["networks"]
+    return out
+
+
+def verdict_sentence(row: Mapping[str, Any]) -> str:
+    """One sentence for one row of :func:`loss_verdicts`."""
+    n = int(row["networks"])
+    parts = [f"{int(row[k])} {k}" for k in ("better", "worse", "indistinguishable") if int(row[k])]
+    of = "the network" if n == 1 else f"the {n} networks"
+    if row["claim holds"]:
+        tail = "so the claim holds for this loss"
+    elif int(row["worse"]):
+        tail = "so the claim fails for this loss: focal TS is significantly worse somewhere"
+    else:
+        tail = "so the claim is not supported for this loss: the difference is within test-set noise"
+    return f"{row['loss']}: focal TS is {', '.join(parts)} of {of} ({tail})."
+
+
+def kk_summary(rows: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
+    """One row per network: TS (ECE), focal TS (ECE) and its line search, with the bootstrap interval.
+
+    Columns (ECE: 15 equal-mass bins, in %): ``network`` (label), ``loss``, ``split``, ``t_ts``,
+    ``ece_ts``, ``gamma``, ``t_fts``, ``ece_fts``, ``ece_line``, ``interval`` (text, percentage
+    points) and ``verdict``.
+    """
+    by = rows.set_index(["network", "method"])
+    out = []
+    for r in intervals.itertuples(index=False):
+        ts, fts = by.loc[(r.network, "TS (ECE)")], by.loc[(r.network, "focal TS (ECE)")]
+        line = by.loc[(r.network, "focal TS (ECE, 3m line)")]
+        out.append({"network": network_label(r.network, loss=False), "loss": r.loss,
+                    "split": "val / test" if r.protocol.startswith("validation") else "test halves",
+                    "t_ts": ts["temperature"], "ece_ts": 100 * ts["ece_mass"], "gamma": fts["gamma_ev"],
+                    "t_fts": fts["temperature"], "ece_fts": 100 * fts["ece_mass"], "ece_line": 100 * line["ece_mass"],
+                    "interval": f"[{pp(r.low)}, {pp(r.high)}]", "verdict": r.verdict})
+    return pd.DataFrame(out)
+
+
+#: headers of :func:`kk_summary` for :func:`focalcal.lab.results.styled`
+KK_SUMMARY_HEADERS = {"network": "network", "loss": "training loss", "split": "fit / evaluate",
+                      "t_ts": "T (TS)", "ece_ts": "ECE, TS (%)", "gamma": "γ_ev (focal TS)",
+                      "t_fts": "T (focal TS)", "ece_fts": "ECE, focal TS (%)", "ece_line": "ECE, 3m line (%)",
+                      "interval": "95 % interval of the difference (pp)", "verdict": "focal TS vs TS"}
+KK_SUMMARY_FORMATS = {"t_ts": "{:.2f}", "ece_ts": "{:.2f}", "gamma": "{:g}", "t_fts": "{:.2f}", "ece_fts": "{:.2f}",
+                      "ece_line": "{:.2f}"}
+
+
+def forest_plot(intervals: pd.DataFrame):
+    """The paired bootstrap intervals of ``ECE(focal TS) - ECE(TS)`` (percentage points), grouped by
+    training loss, one colour per loss; the line search's estimate as a hollow marker."""
+    import matplotlib.pyplot as plt
+
+    order = list(dict.fromkeys(intervals["loss"]))
+    rows = intervals.assign(_o=intervals["loss"].map(order.index)).sort_values("_o", kind="stable")
+    fig, ax = plt.subplots(figsize=(7.6, 0.34 * len(rows) + 0.35 * len(order) + 1.2))
+    y, ticks, labels = 0.0, [], []
+    for loss in order:
+        grp = rows[rows["loss"] == loss]
+        col = plotting.color(loss)
+        ax.text(-0.01, y + 0.15, loss, transform=ax.get_yaxis_transform(), ha="right", va="center",
+                fontsize=9, fontweight="bold", color=col)
+        y -= 0.8
+        for r in grp.itertuples(index=False):
+            ax.plot([100 * r.low, 100 * r.high], [y, y], color=col, lw=2.2, solid_capstyle="butt")
+            ax.plot(100 * r.estimate, y, "o", color=col, ms=5)
+            ax.plot(100 * r.line_estimate, y, "o", mfc="none", mec=col, ms=7, mew=1.0)
+            ticks.append(y)
+            labels.append(network_label(r.network, loss=False))
+            y -= 1.0
+        y -= 0.4
+    ax.axvline(0, color=plotting.color("identity"), ls="--", lw=1.2)
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_ylim(y + 0.6, 0.8)
+    ax.set_xlabel("ECE(focal TS) − ECE(TS), percentage points (15 equal-mass bins; < 0: focal TS better)")
+    ax.set_ylabel("")
+    ax.grid(axis="y", visible=False)
+    handles = [plt.Line2D([], [], color="k", marker="o", lw=2.2, ms=5, label="full grid: estimate, 95 % interval"),
+               plt.Line2D([], [], color="k", marker="o", mfc="none", lw=0, ms=7, label="3m line search: estimate")]
+    ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=True, framealpha=0.9)
+    fig.tight_layout()
+    return fig, ax
+
+
+def reliability_row(panels: Sequence[tuple[Any, Any, str, str]], *, n_bins: int = 15):
+    """Reliability diagrams side by side (Mukhoti et al.'s Fig. 1 style, 15 equal-width bins).
+
+    ``panels``: ``(labels, logits, method, title)`` per panel; ``method`` picks the colour
+    (:func:`focalcal.plotting.color`).
+    """
+    import matplotlib.pyplot as plt
+
+    n = len(panels)
+    fig, axs = plt.subplots(2, n, figsize=(3.4 * n, 4.9), sharex=True, sharey="row", squeeze=False,
+                            gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.1})
+    for j, (labels, logits, method, title) in enumerate(panels):
+        plotting.plot_reliability(labels, logits=logits, n_bins=n_bins, method=method, title=title,
+                                  axes=(axs[0, j], axs[1, j]))
+        axs[0, j].title.set_fontsize(9)
+        if j:
+            axs[0, j].get_legend().remove()
+            axs[0, j].set_ylabel("")
+            axs[1, j].set_ylabel("")
+    axs[0, 0].legend(loc="upper left", fontsize=7)
+    return fig, axs
+
+
+def aurc_plot(table: pd.DataFrame, scores: Sequence[str], names: Mapping[str, str]):
+    """E-AURC (percent) of every network under each confidence score: one row per network, one marker
+    shape per score, one colour per training loss."""
+    import matplotlib.pyplot as plt
+
+    markers = ("o", "s", "^", "D")
+    fig, ax = plt.subplots(figsize=(7.2, 0.3 * len(table) + 1.4))
+    ys = list(range(len(table)))[::-1]
+    for y, r in zip(ys, table.itertuples(index=False)):
+        col = plotting.color(r.loss)
+        vals = [100 * getattr(r, f"eaurc_{s}") for s in scores]
+        ax.plot([min(vals), max(vals)], [y, y], color=col, lw=1.0, alpha=0.6)
+        for s, v, m in zip(scores, vals, markers):
+            ax.plot(v, y, m, color=col, mfc="white" if s != scores[0] else col, ms=6)
+    ax.set_yticks(ys, [network_label(n) for n in table["network"]], fontsize=8)
+    ax.set_xlabel("E-AURC (%), test set; lower: the score ranks errors last more often")
+    handles = [plt.Line2D([], [], color="k", marker=m, mfc="k" if i == 0 else "white", lw=0, label=names[s])
+               for i, (s, m) in enumerate(zip(scores, markers))]
+    ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=True, framealpha=0.9)
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    return fig, ax
