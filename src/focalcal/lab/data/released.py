@@ -169,7 +169,7 @@ def _mukhoti(folder: str) -> ReleasedNetwork:
 
 
 _ZHOU_LOSSES = {"ce": "cross-entropy", "focal": "FLSD-53", "dual_focal": "dual focal",
-                "ece_kde": "ECE-KDE", "aurc": "AURC"}
+                "ece_kde": "KDE-XE", "aurc": "AURC"}
 
 
 def _zhou(key: str) -> ReleasedNetwork:
