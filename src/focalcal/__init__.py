@@ -3,14 +3,18 @@
 The library depends on numpy, scipy and torch only. Its entry points, importable from here:
 
 Training losses (:mod:`focalcal.losses`, ``torch.nn.functional`` + ``torch.nn`` pairs)
-    :func:`focal_loss` / :class:`FocalLoss`, :func:`flsd_loss` (FLSD-53), :func:`make_loss`
-    (every loss of the five papers by name).
+    :func:`~focalcal.losses.focal_loss` / :class:`~focalcal.losses.FocalLoss`,
+    :func:`~focalcal.losses.flsd_loss` (FLSD-53), :func:`~focalcal.losses.make_loss` (every loss
+    of the five papers by name).
 The focal calibration map (:mod:`focalcal.maps`)
-    :func:`focal_map`, :func:`focal_map_from_logits` (log space), :func:`inverse_focal_map`.
+    :func:`~focalcal.maps.focal_map`, :func:`~focalcal.maps.focal_map_from_logits` (log space),
+    :func:`~focalcal.maps.inverse_focal_map`.
 Post-hoc calibrators (:mod:`focalcal.posthoc`, scikit-learn's ``fit`` / ``predict_proba``)
-    :class:`TemperatureScaling`, :class:`FocalTemperatureScaling`, :class:`PsiCorrection`.
+    :class:`~focalcal.posthoc.TemperatureScaling`, :class:`~focalcal.posthoc.FocalTemperatureScaling`,
+    :class:`~focalcal.posthoc.PsiCorrection`.
 Metrics (:mod:`focalcal.metrics`)
-    :func:`ece`, :func:`classwise_ece`, :func:`nll`, :func:`brier`, :func:`aurc`.
+    :func:`~focalcal.metrics.ece`, :func:`~focalcal.metrics.classwise_ece`,
+    :func:`~focalcal.metrics.nll`, :func:`~focalcal.metrics.brier`, :func:`~focalcal.metrics.aurc`.
 
 Also: :mod:`focalcal.scores` (confidence-score functions), :mod:`focalcal.plotting` (reliability
 diagrams; ``pip install "focalcal[plot]"``) and the experiment lab :mod:`focalcal.lab`

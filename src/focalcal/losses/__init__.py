@@ -7,11 +7,11 @@ notebooks use it).
 
 Layout
 ------
-:mod:`._core` (batch preparation, reduction, the fused autograd function), :mod:`.focal`
-(cross-entropy, focal, inverse focal, FLSD, FLSc, dual focal, AdaFocal), :mod:`.regularised`
-(Brier, label smoothing, MMCE, KDE-XE), :mod:`.selective` (AURC, selective risk),
-:mod:`.curvature` (Hutchinson trace, Hessian-trace penalty), :mod:`.modules` (the
-``nn.Module`` forms) and :mod:`.registry` (:data:`LOSSES`, :func:`make_loss`). Confidence scores,
+``_core`` (batch preparation, reduction, the fused autograd function), ``focal``
+(cross-entropy, focal, inverse focal, FLSD, FLSc, dual focal, AdaFocal), ``regularised``
+(Brier, label smoothing, MMCE, KDE-XE), ``selective`` (AURC, selective risk),
+``curvature`` (Hutchinson trace, Hessian-trace penalty), ``modules`` (the
+``nn.Module`` forms) and ``registry`` (:data:`LOSSES`, :func:`make_loss`). Confidence scores,
 AURC rank weights and the smoothed CDF come from :mod:`focalcal.scores`; the calibration-error
 penalties (:func:`focalcal.metrics.mmce`, :func:`focalcal.metrics.ece_kde`) from
 :mod:`focalcal.metrics`.
@@ -20,7 +20,7 @@ Conventions (those of :class:`torch.nn.CrossEntropyLoss`)
 ---------------------------------------------------------
 ``logits`` has shape ``(N, K)``, ``(N, K, d1, ..., dk)`` (class dimension 1) or ``(K,)``
 (one sample); ``target`` holds integer class indices of shape ``(N,)``, ``(N, d1, ..., dk)`` or
-``()`` (the losses say ``target``, as :mod:`torch.nn.functional` does; the metrics say
+``()`` (the losses say ``target``, as ``torch.nn.functional`` does; the metrics say
 ``labels``). Targets equal to ``ignore_index`` are dropped: they contribute 0 to ``"sum"`` and to
 the ``"none"`` output, and ``"mean"`` divides by the number of the other targets. A ``"mean"`` over
 a batch in which *every* target is ignored raises ``ValueError`` (``nn.CrossEntropyLoss`` silently
@@ -47,7 +47,7 @@ which for ``s = -1`` is ``-g(p, gamma)``, Mukhoti et al.'s (2020) Prop. 1 factor
 is infinite at ``p = 1`` (autograd through ``pow`` gives ``inf * 0 = nan`` there). The gradient with
 respect to the logits is ``dl/dlog p_t * (onehot(t) - p)``; no second softmax pass is made (the
 backward of ``log_softmax`` runs PyTorch's fused kernel where it is available, the public
-formula elsewhere: :func:`._core.log_softmax_backward`). These fused losses are differentiable
+formula elsewhere: ``_core.log_softmax_backward``). These fused losses are differentiable
 once (``torch.autograd.gradcheck`` passes; double backward is not supported), which is all a
 training step needs. Per-sample ``gamma`` (FLSD, AdaFocal) is chosen from the detached ``p_t``.
 

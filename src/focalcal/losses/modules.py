@@ -210,7 +210,7 @@ class AdaFocalLoss(_LossModule):
     def update(self, val_logits: ArrayLike, val_target: ArrayLike) -> Tensor:
         """Update the per-bin ``gamma`` from validation logits (N, K) and targets (N,); returns gaps.
 
-        See :func:`~focalcal.losses.focal.adafocal_update`.
+        See ``focalcal.losses.focal.adafocal_update``.
 
         Returns
         -------

@@ -7,7 +7,7 @@ score is a probability or a logit. The differentiable kernel estimates (:func:`m
 ``labels`` positionally, in the order of the losses that use them.
 
 Labels are called ``labels`` here (they are data being evaluated) and ``target`` in
-:mod:`focalcal.losses`, the name of :mod:`torch.nn.functional`; the same integer class indices.
+:mod:`focalcal.losses`, the name of ``torch.nn.functional``; the same integer class indices.
 
 Shapes
 ------
