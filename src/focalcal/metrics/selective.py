@@ -49,7 +49,7 @@ def aurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike
          score: str = "msp", ties: str = "average") -> Tensor:
     """Area under the risk-coverage curve with the 0/1 loss (Geifman et al. 2019).
 
-    Samples are ranked by the confidence score ``score`` (see :func:`confidence_score`); with
+    Samples are ranked by the confidence score ``score`` (see :func:`focalcal.metrics.confidence_score`); with
     ``risk(k)`` the error rate of the ``k`` most confident samples,
     ``AURC = (1/N) sum_{k=1}^N risk(k)``, the empirical version of Zhou et al.'s (2025, Def. 3.3)
     ``-E[ln(1 - G(x)) l(f(x), y)]``, computed as ``mean_i alpha_i err_i`` with the rank weights of
@@ -63,8 +63,10 @@ def aurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike
         of the ties, so the result does not depend on the order of the samples; ``"threshold"``
         accepts tied samples together.
 
-    Shapes as in :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``, a fraction in
-    [0, 1].
+    Returns
+    -------
+    Tensor
+        Shape ``(...)`` (shapes as in :func:`focalcal.metrics.batched.ece`), a fraction in [0, 1].
     """
     key, err, dtype = _aurc_inputs(labels, probs, logits, score)
     return (aurc_weights(key, ties=ties) * err).mean(-1).to(dtype)

@@ -63,7 +63,7 @@ Released networks
 :data:`RELEASED` is the registry of 17 trained CIFAR networks whose logits are public: the 12
 released with Mukhoti et al. (2020) (Brier loss and FLSD-53; validation and test logits) and the
 five ResNet-50 runs above. :func:`released_logits` returns one split of one of them, from
-``$FOCALCAL_LOGITS_ROOT``, the cache, or a sha256-checked download (:mod:`.released`).
+``$FOCALCAL_LOGITS_ROOT``, the cache, or a sha256-checked download (``released``).
 """
 
 from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_FILES, NORMALIZATION, TINY_IMAGENET_MD5,
