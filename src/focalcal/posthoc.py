@@ -104,7 +104,7 @@ from ._validation import (
     check_logits,
     check_positive,
 )
-from .metrics import calibration_error
+from . import _fts_search as _fts
 
 __all__ = [
     "KK_GAMMAS",
@@ -128,12 +128,10 @@ TS_CRITERIA = ("nll", "ece", "ece_mass", "focal")
 FTS_CRITERIA = ("ece_mass", "ece", "nll")
 FTS_SEARCHES = ("grid", "line")
 
-_TIE_RTOL = 1e-12
-# cache-sized work blocks (float64 entries) and memory-bounded confidence chunks
-_BLOCK = 1 << 18
+FTS_METHODS = ("fast", "exact")
+
+# memory-bounded chunks of the TS_FL risk (float64 entries)
 _CONF_CHUNK = 1 << 22
-# smallest exponent passed to exp in the grid kernel: exp(-700) ~ 1e-304 is still a normal float64
-_MIN_EXP = -700.0
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -185,159 +183,7 @@ def _check_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
 
 def _select(scores: torch.Tensor, gammas: torch.Tensor, temps: torch.Tensor) -> int:
     """Index of the best (smallest) score, ties broken towards the identity map (module docs)."""
-    s = scores.detach().to(torch.float64).cpu().numpy().ravel()
-    if not np.isfinite(s).all():  # pragma: no cover - the scores are finite by construction
-        raise RuntimeError("non-finite calibration score in the grid; please report this input")
-    best = s.min()
-    tied = np.flatnonzero(s <= best + _TIE_RTOL * max(1.0, abs(best)))
-    g = np.abs(gammas.numpy().ravel()[tied])
-    lt = np.abs(np.log(temps.numpy().ravel()[tied]))
-    return int(tied[np.lexsort((tied, lt, g))[0]])
-
-
-# ============================================================================================
-# the vectorised focal-TS score kernel
-# ============================================================================================
-
-def _softplus(x: torch.Tensor) -> torch.Tensor:
-    # log(1 + e^x) with an absolute error ~1e-16, i.e. probabilities exact to rounding (torch's
-    # softplus is off by up to e^-20 past its threshold; log1p is ~10x slower than log on CPU)
-    return x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs()))
-
-
-def _one_minus_r(e: torch.Tensor) -> torch.Tensor:
-    r"""``1 - log1p(E)/E`` for ``E >= 0`` without cancellation (series ``sum (-1)^n E^(n+1)/(n+2)``)."""
-    small = e < 0.05
-    es = torch.where(small, e, torch.zeros_like(e))
-    acc = torch.zeros_like(e)
-    for n in range(11, -1, -1):  # 12 terms: truncation < 0.05**12 relative
-        acc = ((-1.0) ** n) / (n + 2) + es * acc
-    eb = torch.where(small, torch.ones_like(e), e)
-    return torch.where(small, es * acc, 1 - torch.log1p(eb) / eb)
-
-
-class _TopClassProblem:
-    """Gaps to the top logit (T-independent) of a fitting set, prepared once per search."""
-
-    def __init__(self, z: torch.Tensor, y: torch.Tensor) -> None:
-        n, k = z.shape
-        zt, top = z.max(dim=-1)  # ties: the first maximal index, as torch.argmax
-        rows = torch.arange(n, device=z.device)
-        keep = torch.ones(n, k, dtype=torch.bool, device=z.device)
-        keep[rows, top] = False
-        d = (zt.unsqueeze(-1) - z)[keep].view(n, k - 1)  # delta_j >= 0, non-top classes
-        self.d2 = d.min(dim=-1).values  # gap to the runner-up
-        self.dd = (d - self.d2.unsqueeze(-1)).contiguous()  # gaps relative to the runner-up, >= 0
-        self.d = d.contiguous()
-        self.correct = top == y
-        # column of the true class among the non-top columns (only used where it is not the top)
-        self.ycol = torch.where(self.correct, torch.zeros_like(y), y - (y > top).long())
-        self.n, self.k1 = n, k - 1
-
-
-def _top_log_probs(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Tensor,
-                   want_true: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``rho`` (top-class probability ``1 / (1 + rho)``) and the log-probability of the true class.
-
-    ``temps`` has shape ``(P,)`` and ``gammas`` shape ``(P, G)``: temperature ``p`` is evaluated
-    with the ``G`` gammas of row ``p``. Returns tensors of shape ``(P, G, N)`` (the second is
-    ``None`` unless ``want_true``).
-    """
-    P, G = gammas.shape
-    n, k1 = prob.n, prob.k1
-    dev = prob.d.device
-    out_rho = torch.empty(P, G, n, dtype=torch.float64, device=dev)
-    out_true = torch.empty(P, G, n, dtype=torch.float64, device=dev) if want_true else None
-    # one block holds (G, tc, nb, k1) entries: every gamma of a few temperatures at once; the
-    # gammas are applied by a small matrix product, so a block needs the same gammas for all its
-    # temperatures (true for a product grid; a paired list is done one temperature at a time)
-    same = bool((gammas == gammas[:1]).all())
-    nb = max(1, min(n, _BLOCK // (G * k1)))
-    tc = max(1, _BLOCK // (G * nb * k1)) if same else 1
-    beta_all = 1.0 / temps.to(dev)
-    gam_all = gammas.to(dev)
-    miss = ~prob.correct
-    for r0 in range(0, n, nb):
-        sl = slice(r0, min(n, r0 + nb))
-        dd, d2, d = prob.dd[sl], prob.d2[sl], prob.d[sl]
-        nbb = d.shape[0]
-        miss_b, ycol = miss[sl], prob.ycol[sl].view(1, -1, 1)
-        for p0 in range(0, P, tc):
-            beta = beta_all[p0:p0 + tc]
-            tcc = beta.shape[0]
-            b3 = beta.view(-1, 1, 1)
-            g = gam_all[p0]  # (G,): the gammas of this block
-            g2 = g.view(-1, 1, 1)
-            # --- what depends on T only (shared by all gammas) ---
-            # exponents are clamped at -700 so that no subnormal number is ever formed (they slow
-            # the arithmetic several-fold); a clamped term is < 1e-304 where the true one is
-            # smaller, which moves rho (in [0, K - 1]) by less than K * 1e-303
-            e = torch.exp(torch.mul(dd, -b3).clamp_(min=_MIN_EXP))  # exp(-beta (delta_j - delta_2))
-            log_e = torch.log(e.sum(-1)) - beta.view(-1, 1) * d2  # log E, E = sum_{j != t} exp(-beta delta_j)
-            sp = _softplus(log_e)  # log(1 + E) = -log q_t
-            log_u = log_e - sp  # log(1 - q_t)
-            omr = _one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP)))  # 1 - r_t, r_t = log1p(E) / E
-            # 1 + gamma r_t; for gamma < 0 as (1 + gamma) + |gamma| (1 - r_t), a sum of non-negative
-            # terms, so gamma -> -1 and r_t -> 1 lose nothing to cancellation
-            onegr = torch.where(g2 >= 0, 1 + g2 * (1 - omr), torch.clamp(1 + g2, min=0) - g2 * omr)
-            yidx = ycol.expand(tcc, -1, 1)
-            if bool((g == 0).all()):
-                # plain softmax: sum_{j != t} q_j / q_t = E, no per-class work
-                rho = torch.exp(log_e.clamp(min=_MIN_EXP)).expand(G, -1, -1)
-                if want_true:
-                    lq_y = torch.mul(d.gather(-1, yidx[0]).unsqueeze(0), -b3).squeeze(-1) - sp
-                    log_ratio_y = (lq_y + sp).expand(G, -1, -1)
-            else:
-                # rows of the matrix product: -beta delta_j = log q_j - log q_t, log(1 - q_j), and
-                # log(1 - q_t); non-top classes have q_j <= 1/2, where log(1 - q_j) has an
-                # absolute error ~1e-16, i.e. a relative one in (1 - q_j)^(1 - gamma)
-                rows = torch.empty(3, tcc, nbb, k1, dtype=torch.float64, device=dev)
-                torch.mul(d, -b3, out=rows[0])
-                lq = rows[0] - sp.unsqueeze(-1)
-                q = torch.exp(lq.clamp(min=_MIN_EXP))
-                dparts = torch.empty(2, tcc, nbb, k1, dtype=torch.float64, device=dev)
-                omq, qlq = dparts[0], dparts[1]
-                torch.sub(1, q, out=omq)
-                torch.log(omq, out=rows[1])
-                rows[2].copy_(log_u.unsqueeze(-1).expand(-1, -1, k1))
-                torch.mul(q, lq, out=qlq)
-                # h(q_j) / h(q_t) = exp(log q_j + (1 - gamma) log(1 - q_j) - log h(q_t)) / den_j with
-                # log h(q_t) = log q_t - gamma log(1 - q_t) - log(1 + gamma r_t) and
-                # den_j = (1 - q_j) - gamma q_j log q_j > 0; every ratio is <= 1 (argmax preserved).
-                # The exponent is the product coef @ rows; the factor 1 + gamma r_t comes after the sum
-                coef = torch.stack([torch.ones_like(g), 1 - g, g], dim=1)  # (G, 3)
-                x = (coef @ rows.view(3, -1)).view(G, tcc, nbb, k1)
-                den = (torch.stack([torch.ones_like(g), -g], dim=1) @ dparts.view(2, -1)).view(G, tcc, nbb, k1)
-                s_rho = x.clamp_(min=_MIN_EXP).exp_().div_(den).sum(-1)
-                rho = s_rho.mul_(onegr)
-                if want_true:
-                    x_y = (coef @ rows.gather(-1, yidx.unsqueeze(0).expand(3, -1, -1, -1)).view(3, -1))
-                    den_y = omq.gather(-1, yidx) - g2.unsqueeze(-1) * qlq.gather(-1, yidx)
-                    log_ratio_y = x_y.view(G, tcc, nbb) - (den_y.squeeze(-1) / onegr).log()
-            out_rho[p0:p0 + tcc, :, sl] = rho.transpose(0, 1)
-            if want_true:
-                # log p_y = log p_t + [y != t] log(h(q_y) / h(q_t)), log p_t = -log(1 + rho)
-                lt = torch.where(miss_b, log_ratio_y, torch.zeros_like(log_ratio_y)) - torch.log1p(rho)
-                out_true[p0:p0 + tcc, :, sl] = lt.transpose(0, 1)
-    return out_rho, out_true
-
-
-def _paired_scores(prob: _TopClassProblem, temps: torch.Tensor, gammas: torch.Tensor,
-                   criterion: str, n_bins: int) -> torch.Tensor:
-    """Scores of shape ``(P, G)`` for paired ``temps (P,)`` and ``gammas (P, G)``."""
-    P, G = gammas.shape
-    scores = torch.empty(P, G, dtype=torch.float64)
-    pc = max(1, _CONF_CHUNK // (G * prob.n))
-    for p0 in range(0, P, pc):
-        rho, log_true = _top_log_probs(prob, temps[p0:p0 + pc], gammas[p0:p0 + pc],
-                                           want_true=criterion == "nll")
-        if criterion == "nll":
-            s = -log_true.mean(-1)
-        else:
-            binning = "mass" if criterion == "ece_mass" else "width"
-            s = calibration_error(rho.add_(1).reciprocal_(), prob.correct, n_bins=n_bins, binning=binning)
-        scores[p0:p0 + pc] = s.cpu()
-    return scores
+    return _fts.select(scores.detach().to(torch.float64).cpu().numpy(), gammas.numpy(), temps.numpy())
 
 
 def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[float] = KK_GAMMAS,
@@ -374,8 +220,9 @@ def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[fl
     t = _check_grid(temperatures, "temperatures", positive=True)
     check_choice(criterion, "criterion", FTS_CRITERIA)
     n_bins = check_int(n_bins, "n_bins")
-    prob = _TopClassProblem(z, y)
-    return _paired_scores(prob, t, g.expand(len(t), -1), criterion, n_bins).T.contiguous()
+    prob = _fts.Problem(z, y, dedupe=criterion != "nll")
+    with _fts.workers(z.device) as pool:
+        return _fts.grid_scores(prob, t, g, criterion, n_bins, pool)
 
 
 # ============================================================================================
@@ -386,9 +233,10 @@ def _ts_grid_scores(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, crite
                     gamma: float, n_bins: int) -> torch.Tensor:
     """Scores of ``softmax(z / T)`` for every ``T`` in ``temps`` (shape ``(n_T,)``)."""
     if criterion in ("ece", "ece_mass", "nll"):
-        prob = _TopClassProblem(z, y)
-        return _paired_scores(prob, temps, torch.zeros(len(temps), 1, dtype=torch.float64),
-                              criterion, n_bins)[:, 0]
+        prob = _fts.Problem(z, y, dedupe=criterion != "nll")
+        with _fts.workers(z.device) as pool:
+            return _fts.grid_scores(prob, temps, torch.zeros(1, dtype=torch.float64), criterion, n_bins,
+                                    pool)[0]
     return torch.cat([_focal_risk(z, y, temps[i:i + 64], gamma) for i in range(0, len(temps), 64)])
 
 
@@ -659,17 +507,20 @@ class FocalTemperatureScaling(_Calibrator):
     """
 
     _fitted_names = ("gamma_", "temperature_", "best_score_", "scores_", "candidates_", "line_",
-                     "n_classes_")
+                     "n_exact_", "n_classes_")
+    # computed on first access after a fast fit (see ``method``)
+    _lazy_names = {"scores_": "_scores", "candidates_": "_candidates"}
 
     def __init__(self, gammas: Sequence[float] = KK_GAMMAS, temperatures: Sequence[float] | None = None,
                  *, criterion: str = "ece_mass", search: str = "grid", n_bins: int = 15,
-                 line_gammas: tuple[float, float] = (0.0, 1.0)) -> None:
+                 line_gammas: tuple[float, float] = (0.0, 1.0), method: str = "fast") -> None:
         super().__init__()
         self.gammas = _check_grid(gammas, "gammas", lower=-1.0)
         self.temperatures = _check_grid(KK_TEMPERATURES if temperatures is None else temperatures,
                                         "temperatures", positive=True)
         self.criterion = check_choice(criterion, "criterion", FTS_CRITERIA)
         self.search = check_choice(search, "search", FTS_SEARCHES)
+        self.method = check_choice(method, "method", FTS_METHODS)
         self.n_bins = check_int(n_bins, "n_bins")
         lg = _check_grid(line_gammas, "line_gammas", lower=-1.0)
         if lg.numel() != 2 or float(lg[0]) == float(lg[1]):
@@ -677,47 +528,132 @@ class FocalTemperatureScaling(_Calibrator):
         self.line_gammas = (float(lg[0]), float(lg[1]))
 
     def extra_repr(self) -> str:
-        s = f"criterion={self.criterion!r}, search={self.search!r}"
+        s = f"criterion={self.criterion!r}, search={self.search!r}, method={self.method!r}"
         if getattr(self, "_is_fitted", False):
             s += f", gamma_={self.gamma_:g}, temperature_={self.temperature_:.6g}"
         return s
 
+    @property
+    def scores_(self) -> torch.Tensor | None:
+        self._materialise()
+        if "_scores" not in self.__dict__:
+            raise AttributeError("scores_ is set by fit")
+        return self.__dict__["_scores"]
+
+    @scores_.setter
+    def scores_(self, value: torch.Tensor | None) -> None:
+        self.__dict__["_scores"] = value
+
+    @property
+    def candidates_(self) -> torch.Tensor | None:
+        self._materialise()
+        if "_candidates" not in self.__dict__:
+            raise AttributeError("candidates_ is set by fit")
+        return self.__dict__["_candidates"]
+
+    @candidates_.setter
+    def candidates_(self, value: torch.Tensor | None) -> None:
+        self.__dict__["_candidates"] = value
+
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> FocalTemperatureScaling:
         """Select ``(gamma_ev, T)`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``."""
         z, y = _check_fit_args(logits, labels)
-        prob = _TopClassProblem(z, y)
-        temps = self.temperatures
-        self.scores_, self.line_ = None, None
-        if self.search == "grid":
-            grid = _paired_scores(prob, temps, self.gammas.expand(len(temps), -1), self.criterion,
-                                  self.n_bins).T.contiguous()  # (n_gamma, n_T)
-            g_all = self.gammas.view(-1, 1).expand_as(grid).reshape(-1)
-            t_all = temps.view(1, -1).expand_as(grid).reshape(-1)
-            s_all = grid.reshape(-1)
-            self.scores_ = grid
-        else:
-            m = len(temps)
-            anchors = torch.tensor(self.line_gammas, dtype=torch.float64)
-            s_anchor = _paired_scores(prob, temps, anchors.expand(m, -1), self.criterion,
-                                      self.n_bins).T  # (2, m)
-            t_best = [float(temps[_select(s_anchor[a], anchors[a].expand(m), temps)]) for a in range(2)]
-            (g1, g2), (t1, t2) = self.line_gammas, t_best
-            slope = (t2 - t1) / (g2 - g1)
-            self.line_ = (t1 - slope * g1, slope)
-            g_line = torch.linspace(float(self.gammas.min()), float(self.gammas.max()), m,
-                                    dtype=torch.float64)
-            t_line = (t1 + slope * (g_line - g1)).clamp(float(temps.min()), float(temps.max()))
-            s_line = _paired_scores(prob, t_line, g_line.view(-1, 1), self.criterion, self.n_bins)[:, 0]
-            g_all = torch.cat([anchors[0].expand(m), anchors[1].expand(m), g_line])
-            t_all = torch.cat([temps, temps, t_line])
-            s_all = torch.cat([s_anchor[0], s_anchor[1], s_line])
-        i = _select(s_all, g_all, t_all)
-        self.gamma_, self.temperature_ = float(g_all[i]), float(t_all[i])
-        self.best_score_ = float(s_all[i])
-        self.candidates_ = torch.stack([g_all, t_all, s_all], dim=1)
+        prob = _fts.Problem(z, y, dedupe=self.criterion != "nll")
+        biggest = max(float(self.gammas.abs().max()), *(abs(g) for g in self.line_gammas))
+        fast = self.method == "fast" and biggest <= _fts.BIG_GAMMA
+        self.line_ = None
+        with _fts.workers(z.device) as pool:
+            fit = self._fit_grid if self.search == "grid" else self._fit_line
+            g_all, t_all, evaluated = fit(prob, fast, pool)
+        flat = np.fromiter(sorted(evaluated), dtype=np.int64)
+        s = np.array([evaluated[int(i)] for i in flat])
+        i = int(flat[_fts.select(s, g_all[flat], t_all[flat])])
+        self.gamma_, self.temperature_, self.best_score_ = float(g_all[i]), float(t_all[i]), evaluated[i]
+        self.n_exact_ = len(flat)
+        self.__dict__["_pending"] = (prob, g_all, t_all) if fast else None
+        if not fast:
+            self.candidates_ = torch.from_numpy(np.stack([g_all, t_all, s], axis=1))
         self.n_classes_ = int(z.shape[1])
         self._is_fitted = True
         return self
+
+    def _fit_grid(self, prob: _fts.Problem, fast: bool, pool) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
+        gammas, temps = self.gammas.numpy(), self.temperatures.numpy()
+        n_t = len(temps)
+        g_all, t_all = np.repeat(gammas, n_t), np.tile(temps, len(gammas))
+        self.scores_ = None
+        if not fast:
+            grid = _fts.grid_scores(prob, self.temperatures, self.gammas, self.criterion, self.n_bins, pool)
+            self.scores_ = grid
+            return g_all, t_all, dict(enumerate(grid.reshape(-1).tolist()))
+        paths = _fts.product_paths(gammas, temps)
+        return g_all, t_all, _fts.fast_scores(prob, paths, self.criterion, self.n_bins, pool)[0]
+
+    def _line(self, t1: float, t2: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The line of the 3m search through ``(g1, t1)`` and ``(g2, t2)``: its ``m`` pairs."""
+        (g1, g2), temps = self.line_gammas, self.temperatures
+        slope = (t2 - t1) / (g2 - g1)
+        self.line_ = (t1 - slope * g1, slope)
+        g_line = torch.linspace(float(self.gammas.min()), float(self.gammas.max()), len(temps),
+                                dtype=torch.float64)
+        t_line = (t1 + slope * (g_line - g1)).clamp(float(temps.min()), float(temps.max()))
+        return g_line, t_line
+
+    def _fit_line(self, prob: _fts.Problem, fast: bool, pool) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
+        temps = self.temperatures.numpy()
+        m, anchors = len(temps), self.line_gammas
+        crit, nb = self.criterion, self.n_bins
+        if fast:
+            paths = _fts.product_paths(np.array(anchors), temps, group=0)  # one threshold per anchor
+            ev = _fts.fast_scores(prob, paths, crit, nb, pool)[0]
+        else:
+            cols = _fts.exact_scores(prob, temps.tolist(), [list(anchors)] * m, crit, nb, pool)
+            ev = {a * m + j: float(c[a]) for j, c in enumerate(cols) for a in range(2)}
+        t_best = []
+        for a, g in enumerate(anchors):
+            idx = np.array(sorted(i for i in ev if a * m <= i < (a + 1) * m))
+            s = np.array([ev[int(i)] for i in idx])
+            t_best.append(float(temps[idx[_fts.select(s, np.full(len(idx), g), temps[idx - a * m])] - a * m]))
+        g_line, t_line = self._line(*t_best)
+        if fast:
+            line = _fts.Path(t_line.numpy(), g_line.numpy(), 2 * m + np.arange(m))
+            ev.update(_fts.fast_scores(prob, [line], crit, nb, pool)[0])
+        else:
+            cols = _fts.exact_scores(prob, t_line.tolist(), [[g] for g in g_line.tolist()], crit, nb, pool)
+            ev.update({2 * m + j: float(c[0]) for j, c in enumerate(cols)})
+        g_all = np.concatenate([np.full(m, anchors[0]), np.full(m, anchors[1]), g_line.numpy()])
+        t_all = np.concatenate([temps, temps, t_line.numpy()])
+        return g_all, t_all, ev
+
+    def _materialise(self) -> None:
+        """After a fast fit: the exact scores of every pair, on first access to scores_/candidates_."""
+        pending = self.__dict__.get("_pending")
+        if pending is None:
+            return
+        prob, g_all, t_all = pending
+        with _fts.workers(prob.device) as pool:
+            if self.search == "grid":
+                grid = _fts.grid_scores(prob, self.temperatures, self.gammas, self.criterion, self.n_bins, pool)
+                self.scores_, s_all = grid, grid.reshape(-1).numpy()
+            else:
+                m = len(self.temperatures)
+                cols = _fts.exact_scores(prob, t_all[:m].tolist(), [list(self.line_gammas)] * m,
+                                         self.criterion, self.n_bins, pool)
+                line = _fts.exact_scores(prob, t_all[2 * m:].tolist(), [[g] for g in g_all[2 * m:].tolist()],
+                                         self.criterion, self.n_bins, pool)
+                s_all = np.concatenate([[float(c[0]) for c in cols], [float(c[1]) for c in cols],
+                                        [float(c[0]) for c in line]])
+        self.candidates_ = torch.from_numpy(np.stack([g_all, t_all, s_all], axis=1))
+        self.__dict__["_pending"] = None
+
+    def get_extra_state(self) -> dict[str, object]:
+        # the lazily computed grids travel only if they were computed
+        state = {"_is_fitted": getattr(self, "_is_fitted", False)}
+        for name in self._fitted_names:
+            raw = self._lazy_names.get(name, name)
+            if raw in self.__dict__:
+                state[name] = self.__dict__[raw]
+        return state
 
     def forward(self, logits: ArrayLike) -> torch.Tensor:
         """Log-probabilities ``log focal_map(softmax(logits / T), gamma_ev)``, shape ``(..., K)``."""

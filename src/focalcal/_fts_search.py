@@ -1,0 +1,565 @@
+r"""The focal-temperature-scaling search: the exact float64 kernel and the fast exact selection.
+
+Used by :mod:`focalcal.posthoc` (private; the public entry points are
+:class:`~focalcal.posthoc.FocalTemperatureScaling`, :func:`~focalcal.posthoc.focal_ts_scores` and
+the ECE grids of :class:`~focalcal.posthoc.TemperatureScaling`).
+
+The exact kernel
+----------------
+The selection criteria need, per sample and per ``(gamma, T)``, only the mapped probability of the
+top class (ECE) and of the true class (NLL). The focal map preserves the argmax, so the top class
+is the argmax ``t`` of the logits and the confidence is ``1 / (1 + rho)`` with
+:math:`\rho = \sum_{j\neq t} h^\gamma(q_j)/h^\gamma(q_t)`. With the gaps :math:`\delta_j = z_t - z_j`
+sorted ascending (``delta_1`` the runner-up), :math:`\beta = 1/T`, :math:`w_j = e^{-\beta(\delta_j -
+\delta_1)} \in (0, 1]`, :math:`E = e^{-\beta\delta_1}\sum_j w_j` (so :math:`q_t = 1/(1+E)`) and
+:math:`r_t = \log(1+E)/E`,
+
+.. math::
+
+    \rho = e^{-\beta\delta_1}\,(1-q_t)^{\gamma}\,(1+\gamma r_t)
+           \sum_{j\neq t} \frac{w_j\,(1-q_j)^{1-\gamma}}{(1-q_j) - \gamma q_j\log q_j},
+
+evaluated in log space outside the sum. Per temperature the exponentials ``w_j``, ``log(1 - q_j)``
+and ``q_j log q_j`` are shared by every gamma; per ``(gamma, T)`` and logit the work is one exp,
+one division and three passes. Every exponent is clamped at ``-690`` so that no subnormal
+number is formed: ``exp`` of an argument below about ``-708`` (and ``float32`` ``exp`` below about
+``-87``) takes a slow path, 6-20x slower per element, which is what made confident trained
+networks cost several times random logits in loops over ``softmax``; a clamped term is below
+``1e-299`` relative to the runner-up's, which is kept. Rows with the same sorted gaps (duplicated
+or permuted logit rows) have the same confidence and are computed once, so ties stay ties.
+
+The fast exact selection (``method="fast"``)
+--------------------------------------------
+The selected pair is the exact search's, and its score the exact kernel's; most grid points are
+never evaluated exactly, because a cheap *lower bound* of their score already exceeds the best
+exact score found (branch and bound over temperature intervals):
+
+* A bound over a box ``[gamma_a, gamma_b] x [T_a, T_b]`` needs, at ``T_a`` and ``T_b`` only, per
+  row the runner-up term, the sums of ``w_j`` over geometric groups of the sorted classes
+  (``[1, 2), [2, 4), [4, 8), ...``) and ``w_j`` at the group boundaries (a *summary*). Every factor
+  of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``, ``r_t``) or, for fixed ``q``, in
+  ``gamma``, and :math:`h^\gamma(q)/q = (1-q)^{-\gamma}/(1+\gamma f(q))` with
+  :math:`f(q) = -q\log q/(1-q)` increasing is a product of two factors monotone in ``q`` and in
+  ``gamma``; so each factor's range over the box is attained at its corners and the product of
+  the ranges bounds ``rho`` for every row, hence the confidence.
+* Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|`` (the
+  triangle inequality over bins, for equal-width and equal-mass bins alike); the NLL is bounded
+  row by row.
+* Boxes are split at their middle temperature while their bound does not exceed the best exact
+  score (plus the tie tolerance); at every level the most promising unevaluated point of every
+  gamma is evaluated exactly, which lowers the threshold. Points whose own bound stays below the
+  threshold are evaluated exactly at the end. A point is discarded only when its bound exceeds
+  ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the selection) by a margin of ``1e-9``
+  that covers the rounding of the bounds, so the pair selected among the evaluated points, with
+  the module's tie rule, is the pair the full exact search selects.
+
+Both methods run their row blocks on ``torch.get_num_threads()`` worker threads with torch's own
+intra-op threading off for the duration (blocks are cache-sized and independent; on a loaded
+machine an OpenMP team of two stalls at every operation's barrier, which cost 10-40x here).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .metrics import calibration_error
+
+TIE_RTOL = 1e-12
+# a pair is discarded only if its lower bound exceeds the tie threshold by this (relative) margin
+_MARGIN = 1e-9
+# float64 entries per row block of the kernels (cache-sized)
+_BLOCK = 1 << 17
+# confidences kept at once when scoring many pairs (memory bound)
+_CONF_CHUNK = 1 << 22
+# exponents are clamped here (see the module docstring): exp(-690) ~ 1e-300 is a normal float64
+_MIN_U = -690.0
+_MIN_EXP = -700.0
+# above this |gamma| the per-class exponent (1 - gamma) log(1 - q_j) could overflow; the kernel
+# then uses a row-shifted, clamped form, and the fast search evaluates everything exactly
+BIG_GAMMA = 600.0
+# temperatures per first-level box of the branch and bound
+_FIRST_STEP = 16
+# classes after the top one that the bounds treat one by one (the rest form one tail group)
+_HEADS = 3
+
+
+# ============================================================================================
+# scalar helpers and the worker pool
+# ============================================================================================
+
+def softplus(x: torch.Tensor) -> torch.Tensor:
+    # log(1 + e^x) with an absolute error ~1e-16, i.e. probabilities exact to rounding (torch's
+    # softplus is off by up to e^-20 past its threshold; log1p is ~10x slower than log on CPU)
+    return x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs().clamp(max=-_MIN_EXP)))
+
+
+def one_minus_r(e: torch.Tensor) -> torch.Tensor:
+    r"""``1 - log1p(E)/E`` for ``E >= 0`` without cancellation (series ``sum (-1)^n E^(n+1)/(n+2)``)."""
+    small = e < 0.05
+    es = torch.where(small, e, torch.zeros_like(e))
+    acc = torch.zeros_like(e)
+    for n in range(11, -1, -1):  # 12 terms: truncation < 0.05**12 relative
+        acc = ((-1.0) ** n) / (n + 2) + es * acc
+    eb = torch.where(small, torch.ones_like(e), e)
+    return torch.where(small, es * acc, 1 - torch.log1p(eb) / eb)
+
+
+def one_plus_gamma_r(gamma: float, omr: torch.Tensor) -> torch.Tensor:
+    """``1 + gamma r_t`` from ``1 - r_t``; for ``gamma < 0`` as ``(1 + gamma) + |gamma| (1 - r_t)``."""
+    if gamma >= 0:
+        return 1 + gamma * (1 - omr)
+    return max(1 + gamma, 0.0) - gamma * omr
+
+
+@contextmanager
+def workers(device: torch.device) -> Iterator[ThreadPoolExecutor | None]:
+    """A pool of ``torch.get_num_threads()`` threads, torch's intra-op threads set to 1 meanwhile."""
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n <= 1:
+        yield None
+        return
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(n, thread_name_prefix="focalcal-fts") as pool:
+            yield pool
+    finally:
+        torch.set_num_threads(n)
+
+
+def _run_parts(pool: ThreadPoolExecutor | None, fn: Callable[[int, int], None], n_blocks: int) -> None:
+    """Call ``fn(b0, b1)`` on contiguous ranges of row blocks, one per worker."""
+    n_parts = 1 if pool is None else min(pool._max_workers, n_blocks)
+    cuts = [round(i * n_blocks / n_parts) for i in range(n_parts + 1)]
+    ranges = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    if pool is None or len(ranges) == 1:
+        for a, b in ranges:
+            fn(a, b)
+        return
+    for f in [pool.submit(fn, a, b) for a, b in ranges]:
+        f.result()
+
+
+# ============================================================================================
+# the prepared fitting set
+# ============================================================================================
+
+class Problem:
+    """Sorted gaps to the top logit of a fitting set, prepared once per search.
+
+    ``d1`` (runner-up gap) and ``dd`` (gaps minus ``d1``, ascending) are kept for the distinct
+    rows only when ``dedupe`` (ECE criteria: the confidence depends on the sorted gaps alone);
+    ``inverse`` maps every sample to its row.
+    """
+
+    def __init__(self, z: torch.Tensor, y: torch.Tensor, dedupe: bool) -> None:
+        n, k = z.shape
+        zs, order = torch.sort(z, dim=-1, descending=True, stable=True)  # ties: first index on top
+        self.correct = order[:, 0] == y
+        d = zs[:, :1] - zs[:, 1:]  # (N, K - 1), ascending, >= 0
+        self.n, self.k1, self.device = n, k - 1, z.device
+        self.acc = float(self.correct.double().mean())
+        if dedupe:
+            d, self.inverse, counts = torch.unique(d, dim=0, return_inverse=True, return_counts=True)
+            self.weights = counts.to(torch.float64)
+        else:
+            self.inverse = None
+            self.weights = None
+            pos = torch.empty_like(order)
+            pos.scatter_(1, order, torch.arange(k, device=z.device).expand(n, k))
+            ycol = pos.gather(1, y.view(-1, 1)).squeeze(1) - 1
+            self.ycol = torch.where(self.correct, torch.zeros_like(ycol), ycol)
+        self.d1 = d[:, 0].contiguous()
+        self.dd = (d - d[:, :1]).contiguous()
+        if not dedupe:
+            self.ddy = self.dd.gather(1, self.ycol.view(-1, 1)).squeeze(1)
+        self.rows = d.shape[0]
+        self.nb = max(1, min(self.rows, _BLOCK // max(1, self.k1)))
+        self.n_blocks = -(-self.rows // self.nb)
+        # the bounds treat the first _HEADS non-top classes one by one and the rest as one tail
+        self.heads = min(self.k1, _HEADS)
+        self.dd_heads = self.dd[:, :self.heads].contiguous()
+        self.has_tail = self.k1 > self.heads
+        if self.has_tail:
+            self.dd_first, self.dd_last = self.dd[:, self.heads], self.dd[:, -1]
+
+    def block(self, i: int) -> slice:
+        return slice(i * self.nb, min(self.rows, (i + 1) * self.nb))
+
+    def expand(self, per_row: torch.Tensor) -> torch.Tensor:
+        """Per-row values ``(..., rows)`` as per-sample values ``(..., N)``."""
+        return per_row if self.inverse is None else per_row[..., self.inverse]
+
+
+def _shared(d1: torch.Tensor, dd: torch.Tensor, beta: float):
+    """What depends on ``T`` only, for a block of rows: ``u = log w``, ``w``, ``c1``, ``log E``, ``log(1+E)``."""
+    u = torch.mul(dd, -beta).clamp_(min=_MIN_U)
+    w = torch.exp(u)
+    c1 = d1 * -beta
+    log_e = torch.log(w.sum(-1)) + c1
+    return u, w, c1, log_e, softplus(log_e)
+
+
+# ============================================================================================
+# the exact kernel
+# ============================================================================================
+
+def _block_exact(prob: Problem, sl: slice, beta: float, gammas: Sequence[float],
+                 out_rho: torch.Tensor, out_logp: torch.Tensor | None) -> None:
+    """``rho`` (and ``log p_y``) of the rows ``sl`` for every gamma, written into ``out[:, sl]``."""
+    u, _, c1, log_e, sp = _shared(prob.d1[sl], prob.dd[sl], beta)
+    log_u = log_e - sp  # log(1 - q_t)
+    omr = one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP)))
+    c = (c1 - sp).unsqueeze(-1)
+    if any(g != 0 for g in gammas):
+        lq = u + c  # log q_j (classes with u clamped have q_j < 1e-299: their factors are 1)
+        q = torch.exp(lq.clamp_(min=_MIN_EXP))
+        omq = 1 - q
+        l1q = torch.log(omq)
+        qlq = q.mul_(lq)
+    if out_logp is not None:
+        lqy = prob.ddy[sl] * -beta + c1 - sp  # log q_y (unclamped: the NLL of a confident miss is large)
+        qy = torch.exp(lqy.clamp(min=_MIN_EXP))
+        miss = ~prob.correct[sl]
+    for i, g in enumerate(gammas):
+        if g == 0:
+            log_rho = log_e
+            log_ry = lqy + sp if out_logp is not None else None
+        else:
+            onegr = one_plus_gamma_r(g, omr)
+            row = c1 + g * log_u + torch.log(onegr)
+            if abs(g) <= BIG_GAMMA:
+                e = torch.exp(torch.add(u, l1q, alpha=1 - g))
+                log_rho = row + torch.log(e.div_(torch.add(omq, qlq, alpha=-g)).sum(-1))
+            else:  # shift the exponents by their row maximum and clamp
+                x = torch.add(u, l1q, alpha=1 - g)
+                xm = x.amax(-1, keepdim=True)
+                e = torch.exp(x.sub_(xm).clamp_(min=_MIN_EXP))
+                log_rho = row + xm.squeeze(-1) + torch.log(e.div_(torch.add(omq, qlq, alpha=-g)).sum(-1))
+            if out_logp is not None:
+                den_y = (1 - qy) - g * qy * lqy
+                log_ry = row + (prob.ddy[sl] * -beta) + (1 - g) * torch.log(1 - qy) - torch.log(den_y)
+        rho = torch.exp(log_rho.clamp(min=_MIN_EXP))
+        out_rho[i, sl] = rho
+        if out_logp is not None:
+            out_logp[i, sl] = torch.where(miss, log_ry, torch.zeros_like(log_ry)) - torch.log1p(rho)
+
+
+def exact_per_temperature(prob: Problem, temps: Sequence[float], gammas: Sequence[Sequence[float]],
+                          want_nll: bool, pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
+    """For every ``temps[i]``: ``rho`` (ECE) or ``log p_y`` (NLL) of shape ``(len(gammas[i]), rows)``."""
+    outs = [torch.empty(len(g), prob.rows, dtype=torch.float64, device=prob.device) for g in gammas]
+    logps = ([torch.empty(len(g), prob.rows, dtype=torch.float64, device=prob.device) for g in gammas]
+             if want_nll else [None] * len(gammas))
+
+    def part(b0: int, b1: int) -> None:
+        for blk in range(b0, b1):
+            sl = prob.block(blk)
+            for t, gs, o, lp in zip(temps, gammas, outs, logps):
+                _block_exact(prob, sl, 1.0 / t, gs, o, lp)
+
+    _run_parts(pool, part, prob.n_blocks)
+    return logps if want_nll else outs
+
+
+def exact_scores(prob: Problem, temps: Sequence[float], gammas: Sequence[Sequence[float]],
+                 criterion: str, n_bins: int, pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
+    """Exact scores ``(len(gammas[i]),)`` of the pairs ``(gammas[i][j], temps[i])``, float64 on the CPU."""
+    out: list[torch.Tensor] = []
+    per = max(1, _CONF_CHUNK // max(1, prob.n * max((len(g) for g in gammas), default=1)))
+    for i0 in range(0, len(temps), per):
+        ts, gs = temps[i0:i0 + per], gammas[i0:i0 + per]
+        vals = exact_per_temperature(prob, ts, gs, criterion == "nll", pool)
+        if criterion == "nll":
+            out.extend((-v.mean(-1)).cpu() for v in vals)
+            continue
+        conf = prob.expand(torch.cat(vals).add_(1).reciprocal_())
+        binning = "mass" if criterion == "ece_mass" else "width"
+        s = calibration_error(conf, prob.correct, n_bins=n_bins, binning=binning).cpu()
+        out.extend(s.split([len(g) for g in gs]))
+    return out
+
+
+def grid_scores(prob: Problem, temps: torch.Tensor, gammas: torch.Tensor, criterion: str, n_bins: int,
+                pool: ThreadPoolExecutor | None) -> torch.Tensor:
+    """The whole ``(len(gammas), len(temps))`` score grid, exactly (``method="exact"``)."""
+    gl = [float(g) for g in gammas]
+    cols = exact_scores(prob, [float(t) for t in temps], [gl] * len(temps), criterion, n_bins, pool)
+    return torch.stack(cols, dim=1)
+
+
+def select(scores: np.ndarray, gammas: np.ndarray, temps: np.ndarray) -> int:
+    """Index of the best (smallest) score, ties broken towards the identity map (posthoc docs)."""
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    if not np.isfinite(s).all():  # pragma: no cover - the scores are finite by construction
+        raise RuntimeError("non-finite calibration score in the grid; please report this input")
+    best = s.min()
+    tied = np.flatnonzero(s <= best + TIE_RTOL * max(1.0, abs(best)))
+    g = np.abs(np.asarray(gammas, dtype=np.float64).ravel()[tied])
+    lt = np.abs(np.log(np.asarray(temps, dtype=np.float64).ravel()[tied]))
+    return int(tied[np.lexsort((tied, lt, g))[0]])
+
+
+# ============================================================================================
+# lower bounds over boxes of (gamma, T)
+# ============================================================================================
+
+def tail_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
+    """``w_j`` summed over the tail classes per row at each temperature (the one pass over all
+    classes that a bound needs)."""
+    out = [torch.zeros(prob.rows, dtype=torch.float64, device=prob.device) for _ in temps]
+    if not prob.has_tail:
+        return out
+
+    def part(b0: int, b1: int) -> None:
+        for blk in range(b0, b1):
+            sl = prob.block(blk)
+            tail = prob.dd[sl, prob.heads:]
+            for t, o in zip(temps, out):
+                o[sl] = torch.exp(torch.mul(tail, -1.0 / t).clamp_(min=_MIN_U)).sum(-1)
+
+    _run_parts(pool, part, prob.n_blocks)
+    return out
+
+
+@dataclass
+class Terms:
+    """Per-row quantities at one temperature: ``beta``, ``-beta delta_1``, ``log(1+E)``,
+    ``log(1 - q_t)``, ``r_t`` and the tail sum."""
+
+    beta: float
+    c1: torch.Tensor
+    sp: torch.Tensor
+    lu: torch.Tensor
+    r: torch.Tensor
+    uh: torch.Tensor    # (rows, heads) log w of the head classes
+    tail: torch.Tensor
+
+    @classmethod
+    def at(cls, prob: Problem, t: float, tail: torch.Tensor) -> Terms:
+        beta = 1.0 / t
+        c1 = prob.d1 * -beta
+        uh = torch.mul(prob.dd_heads, -beta).clamp_(min=_MIN_U)
+        log_e = torch.log(torch.exp(uh).sum(-1) + tail) + c1
+        sp = softplus(log_e)
+        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), uh, tail)
+
+
+def _q_ends(lq_lo: torch.Tensor, lq_hi: torch.Tensor) -> list[torch.Tensor]:
+    """``log(1 - q)`` and ``f(q) = -q log q / (1 - q)`` at the lower and upper ends of ``q`` ranges."""
+    out = []
+    for lq in (lq_lo, lq_hi):
+        lq = lq.clamp(min=_MIN_EXP)
+        q = torch.exp(lq)
+        omq = 1 - q
+        out += [torch.log(omq), q.mul_(lq).div_(omq).neg_()]
+    return out  # l1_lo, f_lo, l1_hi, f_hi  (l1_lo >= l1_hi, f_lo <= f_hi)
+
+
+def _g_range(ends: list[torch.Tensor], gl: torch.Tensor, gh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Range of :math:`h^\gamma(q)/q = (1-q)^{-\gamma} / (1 + \gamma f(q))` over a box.
+
+    ``ends`` from :func:`_q_ends` (shape ``(rows, P)``), ``gl``/``gh`` of shape ``(M, 1, 1)``.
+    ``-gamma log(1-q)`` increases with ``gamma``, and with ``q`` iff ``gamma > 0``; ``1 + gamma f``
+    increases with ``gamma``, and with ``q`` iff ``gamma > 0``; so each extreme is at one corner.
+    """
+    l1_lo, f_lo, l1_hi, f_hi = ends
+    la_max = -gh * torch.where(gh > 0, l1_hi, l1_lo)
+    la_min = -gl * torch.where(gl > 0, l1_lo, l1_hi)
+    den_min = 1 + gl * torch.where(gl >= 0, f_lo, f_hi)
+    den_max = 1 + gh * torch.where(gh >= 0, f_hi, f_lo)
+    return torch.exp(la_min).div_(den_max), torch.exp(la_max).div_(den_min)
+
+
+def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
+               criterion: str) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bound of the score over each box ``[g_lo, g_hi] x [T_a, T_b]`` and an estimate, ``(M,)``.
+
+    ``a`` holds the terms at the lower temperature ``T_a`` (larger beta), ``b`` at ``T_b``. The
+    classes are the runner-up (``w = 1``) and one tail group, whose ``q`` lie between the last
+    class's at ``T_a`` and the first tail class's at ``T_b``.
+    """
+    gl, gh = g_lo.view(-1, 1), g_hi.view(-1, 1)
+    # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
+    row_lo = (a.c1 + gh * torch.where(gh >= 0, a.lu, b.lu)
+              + torch.log(1 + gl * torch.where(gl >= 0, b.r, a.r)))
+    row_hi = (b.c1 + gl * torch.where(gl >= 0, b.lu, a.lu)
+              + torch.log(1 + gh * torch.where(gh >= 0, a.r, b.r)))
+    lo, hi = [a.uh + (a.c1 - b.sp).unsqueeze(-1)], [b.uh + (b.c1 - a.sp).unsqueeze(-1)]
+    if prob.has_tail:
+        lo.append((a.c1 + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp).unsqueeze(-1))
+        hi.append((b.c1 + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp).unsqueeze(-1))
+    g_min, g_max = _g_range(_q_ends(torch.cat(lo, -1), torch.cat(hi, -1)), gl.unsqueeze(-1), gh.unsqueeze(-1))
+    nh = prob.heads
+    h_lo = (g_min[..., :nh] * torch.exp(a.uh)).sum(-1)
+    h_hi = (g_max[..., :nh] * torch.exp(b.uh)).sum(-1)
+    if prob.has_tail:
+        h_lo = h_lo + g_min[..., nh] * a.tail
+        h_hi = h_hi + g_max[..., nh] * b.tail
+    lr_lo, lr_hi = row_lo + torch.log(h_lo), row_hi + torch.log(h_hi)
+    if criterion == "nll":
+        # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
+        # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
+        uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
+        ends = _q_ends((a.c1 + uy_a - b.sp).unsqueeze(-1), (b.c1 + uy_b - a.sp).unsqueeze(-1))
+        _, gy_max = _g_range(ends, gl.unsqueeze(-1), gh.unsqueeze(-1))
+        lry_hi = row_hi + uy_b + torch.log(gy_max[..., 0])
+        nll = softplus(lr_lo) - torch.where(~prob.correct, lry_hi, torch.zeros_like(lry_hi))
+        lb = nll.mean(-1).cpu().numpy()
+        return lb, lb
+    # confidence 1 / (1 + rho) in [sigmoid(-log rho_hi), sigmoid(-log rho_lo)]; any l1 binned
+    # calibration error is at least |mean(conf) - accuracy|
+    w = prob.weights / prob.n
+    m_lo = torch.sigmoid(lr_hi.clamp_(_MIN_EXP, -_MIN_EXP).neg_()) @ w
+    m_hi = torch.sigmoid(lr_lo.clamp_(_MIN_EXP, -_MIN_EXP).neg_()) @ w
+    lb = torch.clamp(torch.maximum(m_lo - prob.acc, prob.acc - m_hi), min=0)
+    est = ((m_lo + m_hi) / 2 - prob.acc).abs()
+    return lb.cpu().numpy(), est.cpu().numpy()
+
+
+# ============================================================================================
+# branch and bound over temperature intervals
+# ============================================================================================
+
+@dataclass
+class Path:
+    """Pairs ``(gammas[i], temps[i])`` along which ``temps`` and ``gammas`` are both monotone.
+
+    ``flat[i]`` is the pair's index in the caller's evaluation order (for the tie rule); pairs of
+    paths of the same ``group`` share one threshold (the best exact score of that group so far).
+    """
+
+    temps: np.ndarray
+    gammas: np.ndarray
+    flat: np.ndarray
+    group: int = 0
+
+
+def _cut(best: float) -> float:
+    """Largest lower bound that may still hide a pair tied with ``best`` (tie tolerance + margin)."""
+    return best + (TIE_RTOL + _MARGIN) * max(1.0, abs(best))
+
+
+Point = tuple[int, int]   # path, index
+Box = tuple[int, int, int]  # path, first index, last index
+
+
+class _Search:
+    """State of one branch-and-bound run over a list of paths (see the module docstring)."""
+
+    def __init__(self, prob: Problem, paths: list[Path], criterion: str, n_bins: int,
+                 pool: ThreadPoolExecutor | None) -> None:
+        self.prob, self.paths, self.criterion, self.n_bins, self.pool = prob, paths, criterion, n_bins, pool
+        self.best = {p.group: math.inf for p in paths}
+        self.scores: dict[Point, float] = {}
+        self.lb: dict[Point, tuple[float, float]] = {}
+        self.cache: dict[float, Terms] = {}
+        self.stats = {"temperatures": 0, "bounds": 0}
+
+    def _terms(self, temps: set[float]) -> None:
+        new = sorted(t for t in temps if t not in self.cache)
+        if new:
+            for t, tail in zip(new, tail_sums(self.prob, new, self.pool)):
+                self.cache[t] = Terms.at(self.prob, t, tail)
+            self.stats["temperatures"] += len(new)
+
+    def bounds(self, boxes: list[Box]) -> tuple[np.ndarray, np.ndarray]:
+        """Lower bounds and estimates of boxes (a point is a box ``(s, i, i)``)."""
+        ranges = []
+        for s, i, j in boxes:
+            p = self.paths[s]
+            ranges.append((*sorted((float(p.temps[i]), float(p.temps[j]))),
+                           *sorted((float(p.gammas[i]), float(p.gammas[j])))))
+        self._terms({r[0] for r in ranges} | {r[1] for r in ranges})
+        by_t: dict[tuple[float, float], list[int]] = {}
+        for k, r in enumerate(ranges):
+            by_t.setdefault(r[:2], []).append(k)
+        lb, est = np.empty(len(boxes)), np.empty(len(boxes))
+        for (ta, tb), ks in by_t.items():
+            g = torch.tensor([ranges[k][2:] for k in ks], dtype=torch.float64, device=self.prob.device)
+            lb[ks], est[ks] = box_bounds(self.prob, self.cache[ta], self.cache[tb], g[:, 0], g[:, 1],
+                                         self.criterion)
+        self.stats["bounds"] += len(boxes)
+        return lb, est
+
+    def point_bounds(self, pts: list[Point]) -> None:
+        pts = [p for p in dict.fromkeys(pts) if p not in self.lb]
+        if pts:
+            lb, est = self.bounds([(s, i, i) for s, i in pts])
+            self.lb.update({p: (float(v), float(e)) for p, v, e in zip(pts, lb, est)})
+
+    def evaluate(self, pts: list[Point]) -> None:
+        by_t: dict[float, list[Point]] = {}
+        for p in dict.fromkeys(pts):
+            if p not in self.scores:
+                by_t.setdefault(float(self.paths[p[0]].temps[p[1]]), []).append(p)
+        temps = list(by_t)
+        gams = [[float(self.paths[s].gammas[i]) for s, i in by_t[t]] for t in temps]
+        for t, v in zip(temps, exact_scores(self.prob, temps, gams, self.criterion, self.n_bins, self.pool)):
+            for p, x in zip(by_t[t], v.tolist()):
+                self.scores[p] = x
+                grp = self.paths[p[0]].group
+                self.best[grp] = min(self.best[grp], x)
+
+    def alive(self, s: int, v: float) -> bool:
+        return v <= _cut(self.best[self.paths[s].group])
+
+    def incumbents(self) -> None:
+        """Evaluate, for every path, its unevaluated live point of smallest estimate."""
+        pick: dict[int, tuple[float, Point]] = {}
+        for p, (v, e) in self.lb.items():
+            if p not in self.scores and self.alive(p[0], v) and (p[0] not in pick or e < pick[p[0]][0]):
+                pick[p[0]] = (e, p)
+        if pick:
+            self.evaluate([p for _, p in pick.values()])
+
+    def run(self) -> dict[Point, float]:
+        boxes: list[Box] = []
+        for s, path in enumerate(self.paths):
+            last = len(path.temps) - 1
+            cuts = sorted(set(range(0, last, _FIRST_STEP)) | {last})
+            boxes += [(s, a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b - a >= 2]
+            self.point_bounds([(s, i) for i in cuts])
+        while boxes:
+            self.incumbents()
+            lb, _ = self.bounds(boxes)
+            nxt, mids = [], []
+            for (s, a, b), v in zip(boxes, lb):
+                if self.alive(s, v):
+                    m = (a + b) // 2
+                    nxt += [bx for bx in ((s, a, m), (s, m, b)) if bx[2] - bx[1] >= 2]
+                    mids.append((s, m))
+            self.point_bounds(mids)
+            boxes = nxt
+            live = {float(self.paths[s].temps[i]) for s, a, b in boxes for i in (a, b)}
+            self.cache = {t: v for t, v in self.cache.items() if t in live}
+        rest = sorted((v, p) for p, (v, _) in self.lb.items() if p not in self.scores)
+        for k in range(0, len(rest), 32):
+            self.evaluate([p for v, p in rest[k:k + 32] if self.alive(p[0], v)])
+        return self.scores
+
+
+def fast_scores(prob: Problem, paths: list[Path], criterion: str, n_bins: int,
+                pool: ThreadPoolExecutor | None) -> tuple[dict[int, float], dict[str, int]]:
+    """Exact scores of a set of pairs that contains, for every group, every pair the tie rule may
+    select; returns ``{flat index: score}`` and counters (temperatures summarised, bounds, exact)."""
+    search = _Search(prob, paths, criterion, n_bins, pool)
+    scores = search.run()
+    out = {int(paths[s].flat[i]): v for (s, i), v in scores.items()}
+    return out, {**search.stats, "exact": len(out)}
+
+
+def product_paths(gammas: np.ndarray, temps: np.ndarray, group: int | None = None, offset: int = 0) -> list[Path]:
+    """One path per gamma over the sorted ``temps``; flat index ``offset + i * len(temps) + j``.
+
+    ``group=None`` puts all in group 0 (one threshold); otherwise path ``i`` is in ``group + i``.
+    """
+    order = np.argsort(temps, kind="stable")
+    return [Path(temps[order], np.full(len(temps), g), offset + i * len(temps) + order,
+                 0 if group is None else group + i) for i, g in enumerate(gammas)]
