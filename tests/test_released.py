@@ -20,6 +20,7 @@ import jupytext
 import numpy as np
 import pytest
 import torch
+from myst_nb.core.variables import format_plain_text
 from nbclient import NotebookClient
 
 from focalcal import metrics, plotting
@@ -293,6 +294,14 @@ def test_cache_recomputes_only_when_the_key_changes(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{16}", R.code_digest())
 
 
+def test_the_code_key_ignores_documentation(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text('"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # comment\n')
+    b.write_text('"""Other words."""\n\n\ndef f(x):\n    """Other doc."""\n\n    return x + 1\n')
+    c.write_text('"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n')
+    assert R._code_text(a) == R._code_text(b) != R._code_text(c)
+
+
 # --------------------------------------------------------------------------------------------
 # the paired bootstrap
 # --------------------------------------------------------------------------------------------
@@ -400,5 +409,8 @@ def test_page_computes_its_numbers(shared_data_root, page):
     source = path.read_text()
     wanted = set(re.findall(r"\{glue:(?:text|md)\}`([A-Za-z0-9_]+)", source))
     assert wanted and wanted <= set(glued), f"{page} does not glue {sorted(wanted - set(glued))}"
+    for key, spec in re.findall(r"\{glue:text\}`([A-Za-z0-9_]+):([^`]+)`", source):
+        plain = next(v for k, v in glued[key].items() if k.endswith("text/plain"))
+        format_plain_text(plain, spec)  # what the build does: a numpy scalar's repr would fail here
     figures = len(re.findall(r"rb\.(?:forest_plot|reliability_row|aurc_plot)\(", source))
     assert images >= figures >= 1, f"{page}: {images} images for {figures} figures"

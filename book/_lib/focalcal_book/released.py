@@ -105,9 +105,11 @@ def data_check(names: Iterable[str] | None = None, splits: Mapping[str, Sequence
 
 
 def network_label(name: str, *, loss: bool = True) -> str:
-    """``"CIFAR-10 ResNet-50, Brier"`` (the registry's label) or without the loss."""
+    """``"CIFAR-10 ResNet-50, Brier"`` (the registry's label) or without the loss; Zhou et al.'s runs
+    are marked "(Zhou)" to tell their ResNet-50 from Mukhoti et al.'s."""
     net = RELEASED[name]
-    return net.label if loss else net.label.rsplit(",", 1)[0]
+    text = net.label if loss else net.label.rsplit(",", 1)[0]
+    return text.replace("ResNet-50", "ResNet-50 (Zhou)", 1) if net.source == "zhou2025" else text
 
 
 def pp(value: float) -> str:
@@ -229,15 +231,22 @@ def loss_verdicts(intervals: pd.DataFrame) -> pd.DataFrame:
 def verdict_sentence(row: Mapping[str, Any]) -> str:
     """One sentence for one row of :func:`loss_verdicts`."""
     n = int(row["networks"])
-    parts = [f"{int(row[k])} {k}" for k in ("better", "worse", "indistinguishable") if int(row[k])]
-    of = "the network" if n == 1 else f"the {n} networks"
-    if row["claim holds"]:
-        tail = "so the claim holds for this loss"
-    elif int(row["worse"]):
-        tail = "so the claim fails for this loss: focal TS is significantly worse somewhere"
+    words = {"better": "significantly better on {}", "worse": "significantly worse on {}",
+             "indistinguishable": "indistinguishable from TS on {}"}
+    if n == 1:
+        what = next(k for k in words if int(row[k]))
+        found = words[what].rsplit(" on", 1)[0]
     else:
-        tail = "so the claim is not supported for this loss: the difference is within test-set noise"
-    return f"{row['loss']}: focal TS is {', '.join(parts)} of {of} ({tail})."
+        found = ", ".join(words[k].format(int(row[k])) for k in words if int(row[k]))
+    if row["claim holds"]:
+        tail = "the claim holds for this loss"
+    elif int(row["worse"]):
+        tail = "the claim fails for this loss (focal TS is significantly worse on a network)"
+    else:
+        k = int(row["indistinguishable"])
+        on = "" if n == 1 else f"on {k} of them "
+        tail = f"the claim is not supported for this loss ({on}the difference is within the test-set noise)"
+    return f"{row['loss']} ({n} network{'s' if n > 1 else ''}): focal TS {found}; {tail}."
 
 
 def kk_summary(rows: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
@@ -340,11 +349,17 @@ def aurc_plot(table: pd.DataFrame, scores: Sequence[str], names: Mapping[str, st
         col = plotting.color(r.loss)
         vals = [100 * getattr(r, f"eaurc_{s}") for s in scores]
         ax.plot([min(vals), max(vals)], [y, y], color=col, lw=1.0, alpha=0.6)
-        for s, v, m in zip(scores, vals, markers):
-            ax.plot(v, y, m, color=col, mfc="white" if s != scores[0] else col, ms=6)
+        for i, (v, m) in enumerate(zip(vals, markers)):
+            ax.plot(v, y, m, color=col, mfc=col if i == 0 else "none", ms=6, zorder=3 if i == 0 else 2)
     ax.set_yticks(ys, [network_label(n) for n in table["network"]], fontsize=8)
-    ax.set_xlabel("E-AURC (%), test set; lower: the score ranks errors last more often")
-    handles = [plt.Line2D([], [], color="k", marker=m, mfc="k" if i == 0 else "white", lw=0, label=names[s])
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20) if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("E-AURC (%, log scale), evaluation images; lower: the score ranks the errors lower")
+    handles = [plt.Line2D([], [], color="k", marker=m, mfc="k" if i == 0 else "none", lw=0, label=names[s])
                for i, (s, m) in enumerate(zip(scores, markers))]
     ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=True, framealpha=0.9)
     ax.grid(axis="y", visible=False)

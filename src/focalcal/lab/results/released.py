@@ -29,12 +29,14 @@ random half of the test logits (``torch.randperm`` with seed :data:`HALF_SPLIT_S
 the CIFAR-10 logits chapter) fits and the other half evaluates.
 
 Caching (:func:`cached`): a row depends only on the data files and the code, so it is stored as
-JSON under ``cache`` keyed by the files' sha256, a digest of the library's and these modules'
-source (:func:`code_digest`) and the protocol's parameters; any change of either recomputes it.
+JSON under ``cache`` keyed by the files' sha256, a digest of the code of the library and of these
+modules (:func:`code_digest`; documentation excluded) and the protocol's parameters; any change of
+either recomputes it.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import time
@@ -301,15 +303,31 @@ _CODE_FILES = ("lab/results/released.py", "lab/results/bootstrap.py", "lab/resul
                "lab/data/released.py", "lab/data/published.py")
 
 
+def _code_text(path: Path) -> bytes:
+    """What a module computes: its syntax tree without docstrings (comments, layout and line numbers
+    are not in the tree), so that editing documentation does not invalidate the cache."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
 def code_digest() -> str:
-    """Digest of the code a cached row depends on: every module of the library outside the lab, and
-    the lab modules of the protocols (by relative path and content)."""
+    """Digest of the code a cached row depends on: the library's modules (not the losses, the plots
+    or the lab) and the lab modules of the protocols, by relative path and syntax tree without
+    docstrings (:func:`_code_text`)."""
     base = Path(__file__).resolve().parents[2]  # .../focalcal
-    files = sorted(p for p in base.rglob("*.py") if "lab" not in p.relative_to(base).parts)
+    skip = ("lab", "losses")
+    files = sorted(p for p in base.rglob("*.py")
+                   if p.relative_to(base).parts[0] not in skip and p.name != "plotting.py")
     files += [base / f for f in _CODE_FILES]
     h = hashlib.sha256()
     for p in files:
-        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + _code_text(p) + b"\0")
     return h.hexdigest()[:16]
 
 
