@@ -1,95 +1,283 @@
-"""Speed of the vectorised focal-temperature-scaling grid search against a per-(gamma, T) loop.
+"""Focal temperature scaling: the fast exact search against the full search, a per-(gamma, T) loop
+and the released code's procedure, on random logits and on the released networks.
 
-Goal (from the issue): ``FocalTemperatureScaling`` on the full paper grid (9 gammas x 500
-temperatures, equal-mass 15-bin ECE) on 10k x 100 logits >= 100x faster than a straightforward
-loop that calls ``maps.focal_map_from_logits`` and ``metrics.ece`` once per (gamma, T), and < 1 s
-on 2 cores. The loop would take far too long in full, so it is timed on a seeded random subset
-of the pairs and extrapolated linearly to the 4500 pairs (said in the output). Both are measured
-in this one run, on the same logits; the loop is timed in float32 (the logits' dtype: the cheaper
-and hence conservative baseline) and in float64 (the precision of the vectorised search).
+Goals (issue 11): the paper grid (9 gammas x 500 temperatures, equal-mass 15-bin ECE) on 10k x 100
+logits in under 3 s on 2 cores, at least 50x faster than a per-(gamma, T) loop measured in the same
+run, with the selected (gamma_ev, T) and its score identical (1e-12) to the exact float64 search on
+the 17 released networks; the 3m line search proportionally faster. Every time is measured in this
+run; the loop and the released procedure would take minutes, so they are timed on a seeded random
+subset of the pairs and extrapolated linearly (said in the table). Baselines run with one torch
+thread (their fastest setting on a loaded 2-core machine, see Table 3), the library with its
+defaults (its own worker threads). Wall-clock and CPU seconds are both printed.
 
-    OMP_NUM_THREADS=2 python bench/bench_posthoc.py [--n 10000] [--k 100] [--pairs 30] [--threads 2]
+    python bench/bench_posthoc.py [--quick] [--pairs 30] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from focalcal import maps, metrics, posthoc
+from focalcal import maps, metrics
+from focalcal.posthoc import KK_GAMMAS, KK_TEMPERATURES, FocalTemperatureScaling
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import released_fts  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=10_000)
-    ap.add_argument("--k", type=int, default=100)
-    ap.add_argument("--pairs", type=int, default=30, help="random (gamma, T) pairs timed in the loop")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+def timed(fn):
+    """(wall seconds, CPU seconds of the process, result) of ``fn()``."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w0, time.process_time() - c0, out
 
-    g = torch.Generator().manual_seed(0)
-    logits = 3.0 * torch.randn(args.n, args.k, generator=g)  # float32, like a network's output
-    labels = torch.multinomial(torch.softmax(logits.double() / 1.5, -1), 1, generator=g).squeeze(-1)
-    gammas, temps = posthoc.KK_GAMMAS, posthoc.KK_TEMPERATURES
-    n_pairs = len(gammas) * len(temps)
 
-    load0 = os.getloadavg()[0]
+def data_root() -> Path | None:
+    env = os.environ.get("FOCALCAL_LOGITS_ROOT")
+    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "data"]:
+        if (cand / "mukhoti-pretrained-logits").is_dir() and (cand / "cifar10-resnet50-logits").is_dir():
+            return cand
+    return None
+
+
+def released_fitting_sets(root: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The 17 networks' fitting sets: Mukhoti et al.'s validation splits, and a fixed random half
+    (seed 0) of the test logits of the five CIFAR-10 ResNet-50 runs."""
+    out = {}
+    for d in sorted((root / "mukhoti-pretrained-logits").iterdir()):
+        if (d / "val_logits.npy").is_file():
+            out[d.name] = (torch.from_numpy(np.load(d / "val_logits.npy")),
+                           torch.from_numpy(np.load(d / "val_labels.npy")).long())
+    for f in sorted((root / "cifar10-resnet50-logits").glob("*_test.npz")):
+        a = np.load(f)
+        perm = torch.randperm(len(a["targets"]), generator=torch.Generator().manual_seed(0))[:5000]
+        out["resnet50_" + f.name[:-9]] = (torch.from_numpy(a["logits"])[perm],
+                                          torch.from_numpy(a["targets"]).long()[perm])
+    return out
+
+
+def random_case(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    z = 3.0 * torch.randn(n, k, generator=g)  # float32, like a network's output
+    y = torch.multinomial(torch.softmax(z.double() / 1.5, -1), 1, generator=g).squeeze(-1)
+    return z, y
+
+
+def one_thread(fn):
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(n)
+
+
+def loop_per_pair(z: torch.Tensor, y: torch.Tensor, pairs, dtype) -> float:
+    """Seconds per pair of the plain loop: focal_map_from_logits + metrics.ece for each pair."""
+    zz = z.to(dtype)
     t0 = time.perf_counter()
-    fts = posthoc.FocalTemperatureScaling(criterion="ece_mass").fit(logits, labels)
-    t_vec = time.perf_counter() - t0
-    # the paper's cheaper "3m" search (Sec. 5.2): about 3 x 500 of the pairs instead of 9 x 500
-    t0 = time.perf_counter()
-    line = posthoc.FocalTemperatureScaling(criterion="ece_mass", search="line").fit(logits, labels)
-    t_line = time.perf_counter() - t0
+    for g, t in pairs:
+        metrics.ece(y, probs=maps.focal_map_from_logits(zz, g, t), binning="mass")
+    return (time.perf_counter() - t0) / len(pairs)
 
-    # the part of it spent in metrics.calibration_error (sort-based equal-mass binning): the same
-    # 4500 x N confidences, in the chunks the search uses
-    conf = torch.rand(len(gammas), 46, args.n, dtype=torch.float64, generator=g)
-    correct = torch.rand(args.n, generator=g) < 0.5
-    t0 = time.perf_counter()
-    metrics.calibration_error(conf, correct, binning="mass")
-    t_ece = (time.perf_counter() - t0) * len(temps) / 46
 
+def peer_per_pair(z: torch.Tensor, y: torch.Tensor, pairs) -> float:
+    """Seconds per pair of the released code's per-(gamma, T) evaluation (NLL and adaptive ECE)."""
+    zz = z.to(torch.float32)
+    t0 = time.perf_counter()
+    for g, t in pairs:
+        released_fts.point(zz, y, g, t)
+    return (time.perf_counter() - t0) / len(pairs)
+
+
+def grid_case(name: str, z: torch.Tensor, y: torch.Tensor, n_pairs: int, exact: bool = True) -> dict:
+    """Table 1 rows for one fitting set."""
     rng = np.random.default_rng(0)
-    subset = [(gammas[i], temps[j]) for i, j in zip(rng.integers(0, len(gammas), args.pairs),
-                                                    rng.integers(0, len(temps), args.pairs))]
-    loop_time, max_diff = {}, 0.0
-    for dtype in (torch.float32, torch.float64):
-        z = logits.to(dtype)
-        t0 = time.perf_counter()
-        vals = [metrics.ece(labels, probs=maps.focal_map_from_logits(z, gm, t), binning="mass")
-                for gm, t in subset]
-        loop_time[dtype] = (time.perf_counter() - t0) / args.pairs * n_pairs
-        if dtype == torch.float64:
-            grid = {(gm, t): float(fts.scores_[gammas.index(gm), temps.index(t)]) for gm, t in subset}
-            max_diff = max(abs(v - grid[p]) for v, p in zip(vals, subset))
-    load1 = os.getloadavg()[0]
+    pairs = [(KK_GAMMAS[i], KK_TEMPERATURES[j]) for i, j in
+             zip(rng.integers(0, 9, n_pairs), rng.integers(0, 500, n_pairs))]
+    total = len(KK_GAMMAS) * len(KK_TEMPERATURES)
+    FocalTemperatureScaling(temperatures=[0.5, 1.0]).fit(z[:50], y[:50])  # warm-up (imports, allocator)
+    row = {"case": name, "n": int(z.shape[0]), "k": int(z.shape[1]), "pairs_timed": n_pairs}
+    row["fast_wall"], row["fast_cpu"], fast = timed(lambda: FocalTemperatureScaling().fit(z, y))
+    row["fast_exact_pairs"] = fast.n_exact_
+    row["line_wall"], row["line_cpu"], line = timed(lambda: FocalTemperatureScaling(search="line").fit(z, y))
+    row["selected"] = (fast.gamma_, fast.temperature_, fast.best_score_)
+    if exact:
+        row["exact_wall"], row["exact_cpu"], ex = timed(lambda: FocalTemperatureScaling(method="exact").fit(z, y))
+        row["same"] = ((fast.gamma_, fast.temperature_) == (ex.gamma_, ex.temperature_)
+                       and abs(fast.best_score_ - ex.best_score_) <= 1e-12)
+        row["line_exact_wall"], _, lex = timed(
+            lambda: FocalTemperatureScaling(search="line", method="exact").fit(z, y))
+        row["line_same"] = ((line.gamma_, line.temperature_) == (lex.gamma_, lex.temperature_)
+                            and abs(line.best_score_ - lex.best_score_) <= 1e-12)
+    row["loop32"] = one_thread(lambda: loop_per_pair(z, y, pairs, torch.float32)) * total
+    row["loop64"] = one_thread(lambda: loop_per_pair(z, y, pairs, torch.float64)) * total
+    row["peer"] = one_thread(lambda: peer_per_pair(z, y, pairs)) * total
+    return row
 
-    print(f"N = {args.n}, K = {args.k}, float32 logits, grid {len(gammas)} gammas x {len(temps)} "
-          f"temperatures = {n_pairs} pairs, equal-mass 15-bin ECE, {torch.get_num_threads()} torch "
-          f"thread(s), load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs\n")
-    print("| method | time for the 4500 pairs (s) | vectorised is faster by |")
-    print("|---|---|---|")
-    print(f"| `FocalTemperatureScaling(...).fit` (vectorised, float64) | {t_vec:.2f} | 1x |")
-    print(f"| of which `metrics.calibration_error` (mass binning) | {t_ece:.2f} | |")
-    print(f"| `FocalTemperatureScaling(search='line').fit` (K&K's 3m search, not the full grid) | "
-          f"{t_line:.2f} | |")
-    for dtype, name in ((torch.float32, "float32"), (torch.float64, "float64")):
-        print(f"| loop: `maps.focal_map_from_logits` + `metrics.ece` per pair, {name} "
-              f"(extrapolated from {args.pairs} random pairs) | {loop_time[dtype]:.1f} | "
-              f"{loop_time[dtype] / t_vec:.0f}x |")
-    print(f"\nselected gamma_ev = {fts.gamma_:g}, T = {fts.temperature_:g} (line search: gamma_ev = "
-          f"{line.gamma_:g}, T = {line.temperature_:g}); max |loop - grid| ECE on the timed float64 "
-          f"pairs = {max_diff:.1e}")
-    goal_ratio = loop_time[torch.float32] / t_vec >= 100
-    print(f"goal >= 100x (vs the float32 loop): {'met' if goal_ratio else 'MISSED'}; "
-          f"goal < 1 s: {'met' if t_vec < 1 else 'MISSED'}")
+
+def released_table(nets: dict) -> list[dict]:
+    rows = []
+    for name, (z, y) in nets.items():
+        fw, _, fast = timed(lambda: FocalTemperatureScaling().fit(z, y))
+        ew, _, ex = timed(lambda: FocalTemperatureScaling(method="exact").fit(z, y))
+        rows.append({"network": name, "n": int(z.shape[0]), "k": int(z.shape[1]), "fast": fw, "exact": ew,
+                     "exact_pairs": fast.n_exact_, "gamma": fast.gamma_, "T": fast.temperature_,
+                     "same": (fast.gamma_, fast.temperature_) == (ex.gamma_, ex.temperature_)
+                     and abs(fast.best_score_ - ex.best_score_) <= 1e-12})
+        print(f"  {name}: fast {fw:.2f} s, exact {ew:.2f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def slow_paths(z_trained: torch.Tensor | None, quick: bool) -> dict:
+    """Table 3: exp of arguments whose result underflows, and OpenMP threads on a loaded machine."""
+    n = 1 << 20
+
+    def exp_ms(lo: float, hi: float, dtype) -> float:
+        x = torch.empty(n, dtype=dtype).uniform_(lo, hi)
+        torch.exp(x)
+        best = min(timed(lambda: torch.exp(x))[0] for _ in range(5))
+        return best * 1e3
+
+    out = {"exp": one_thread(lambda: [
+        ("float64", "[-5, 0] (normal result)", exp_ms(-5, 0, torch.float64)),
+        ("float64", "[-745, -708] (subnormal result)", exp_ms(-745, -708, torch.float64)),
+        ("float64", "[-800, -746] (result 0)", exp_ms(-800, -746, torch.float64)),
+        ("float32", "[-5, 0] (normal result)", exp_ms(-5, 0, torch.float32)),
+        ("float32", "[-100, -88] (subnormal or 0)", exp_ms(-100, -88, torch.float32)),
+    ])}
+    # a loop over (gamma, T) in float32 on trained vs random logits, at a small and a large T
+    if z_trained is not None:
+        zr = 4.0 * torch.randn(z_trained.shape, generator=torch.Generator().manual_seed(1))
+        y = torch.zeros(len(zr), dtype=torch.long)
+        rows = []
+        for t in (0.02, 0.1, 2.0):
+            per = [one_thread(lambda zz=zz: loop_per_pair(zz, y, [(1.0, t)] * (2 if quick else 5), torch.float32))
+                   for zz in (z_trained, zr)]
+            rows.append((t, per[0] * 1e3, per[1] * 1e3))
+        out["loop"] = rows
+    # OpenMP: the same element-wise work with torch's 2 intra-op threads and with 1
+    x = torch.randn(1 << 17, dtype=torch.float64)
+
+    def blocks() -> None:
+        for _ in range(50 if quick else 200):
+            torch.exp(x)
+
+    n_threads = torch.get_num_threads()
+    t1 = one_thread(lambda: timed(blocks)[0])
+    torch.set_num_threads(max(2, n_threads))
+    t2 = timed(blocks)[0]
+    torch.set_num_threads(n_threads)
+    out["omp"] = {"one": t1, "two": t2, "load": os.getloadavg()[0]}
+    return out
+
+
+def print_tables(res: dict) -> None:
+    print(f"Paper grid: {len(KK_GAMMAS)} gammas x {len(KK_TEMPERATURES)} temperatures = 4500 pairs, "
+          f"equal-mass 15-bin ECE; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n")
+    print("## Table 1: one fit on N x K logits\n")
+    print("| case | method | wall s | CPU s | fast is faster by (wall) |")
+    print("|---|---|---:|---:|---:|")
+    for r in res["grid"]:
+        case = f"{r['case']} ({r['n']} x {r['k']})"
+        fw = r["fast_wall"]
+        lines = [(f"`FocalTemperatureScaling().fit` (fast; {r['fast_exact_pairs']} of 4500 pairs "
+                  f"scored exactly)", fw, r["fast_cpu"])]
+        if "exact_wall" in r:
+            lines.append(("`method='exact'` (all 4500 pairs in float64)", r["exact_wall"], r["exact_cpu"]))
+        p = r["pairs_timed"]
+        lines += [(f"loop: `focal_map_from_logits` + `ece` per pair, float32 (from {p} pairs)", r["loop32"], None),
+                  (f"loop, float64 (from {p} pairs)", r["loop64"], None),
+                  (f"released code's procedure, per gamma and T, float32 (from {p} pairs)", r["peer"], None)]
+        for label, w, c in lines:
+            cpu = f"{c:.2f}" if c is not None else "-"
+            print(f"| {case} | {label} | {w:.2f} | {cpu} | {w / fw:.0f}x |")
+        lw = r["line_wall"]
+        print(f"| {case} | 3m line search, fast | {lw:.2f} | {r['line_cpu']:.2f} | |")
+        if "line_exact_wall" in r:
+            print(f"| {case} | 3m line search, `method='exact'` | {r['line_exact_wall']:.2f} | - | "
+                  f"line fast is faster by {r['line_exact_wall'] / lw:.1f}x |")
+    if res.get("released"):
+        rs = res["released"]
+        print("\n## Table 2: the 17 released networks (fitting sets), paper grid\n")
+        print("| network | N x K | fast s | exact s | exact / fast | pairs scored exactly | gamma_ev | T | same as exact |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        for r in rs:
+            print(f"| {r['network']} | {r['n']} x {r['k']} | {r['fast']:.2f} | {r['exact']:.2f} | "
+                  f"{r['exact'] / r['fast']:.1f}x | {r['exact_pairs']} | {r['gamma']:g} | {r['T']:g} | "
+                  f"{'yes' if r['same'] else 'NO'} |")
+        tf, te = sum(r["fast"] for r in rs), sum(r["exact"] for r in rs)
+        print(f"| all 17 | | {tf:.1f} | {te:.1f} | {te / tf:.1f}x | | | | "
+              f"{sum(r['same'] for r in rs)} of {len(rs)} |")
+    sp = res["slow"]
+    print("\n## Table 3: why trained logits cost more in a loop, and why fits took minutes here\n")
+    print("| operation | time (ms) |")
+    print("|---|---:|")
+    for dt, rng, ms in sp["exp"]:
+        print(f"| `torch.exp`, 2^20 {dt} arguments in {rng} | {ms:.2f} |")
+    for t, mt, mr in sp.get("loop", []):
+        print(f"| float32 loop, one (gamma = 1, T = {t:g}) pair: trained network / N(0, 4^2) logits | "
+              f"{mt:.1f} / {mr:.1f} |")
+    o = sp["omp"]
+    print(f"| element-wise work on 2^17-element blocks, torch intra-op threads 1 / 2 "
+          f"(load average {o['load']:.1f}) | {o['one'] * 1e3:.0f} / {o['two'] * 1e3:.0f} |")
+
+
+def goals(res: dict) -> list[str]:
+    r = res["grid"][0]
+    out = [f"fast fit under 3 s ({r['case']}): {'met' if r['fast_wall'] < 3 else 'MISSED'} ({r['fast_wall']:.2f} s wall, "
+           f"{r['fast_cpu']:.2f} s CPU)",
+           f">= 50x the float32 loop: {'met' if r['loop32'] / r['fast_wall'] >= 50 else 'MISSED'} "
+           f"({r['loop32'] / r['fast_wall']:.0f}x)"]
+    same = [x.get("same") for x in res["grid"] if "same" in x] + [x["same"] for x in res.get("released", [])]
+    if same:
+        out.append(f"selection identical to the exact search: {'met' if all(same) else 'MISSED'} "
+                   f"({sum(same)} of {len(same)} fits)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a few seconds: 2000 rows, no 17-network table")
+    ap.add_argument("--pairs", type=int, default=None, help="random pairs timed in the loops")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    root = data_root()
+    nets = released_fitting_sets(root) if root is not None else {}
+    n_pairs = args.pairs or (6 if args.quick else 30)
+    res: dict = {"grid": []}
+    if args.quick:
+        name = "cifar100_resnet110_brier"
+        z, y = nets[name] if name in nets else random_case(2000, 100)
+        res["grid"].append(grid_case(name + " (first 2000 rows)" if name in nets else "N(0, 9) logits",
+                                     z[:2000], y[:2000], n_pairs))
+    else:
+        res["grid"].append(grid_case("N(0, 9) logits", *random_case(10_000, 100), n_pairs))
+        test = root / "mukhoti-pretrained-logits" / "cifar100_resnet110_brier" if root else None
+        if test is not None:
+            zt = torch.from_numpy(np.load(test / "test_logits.npy"))
+            yt = torch.from_numpy(np.load(test / "test_labels.npy")).long()
+            res["grid"].append(grid_case("CIFAR-100 ResNet-110 (Brier), test split", zt, yt, n_pairs))
+        res["released"] = released_table(nets) if nets else []
+    trained = nets["cifar100_resnet110_brier"][0][:2000] if "cifar100_resnet110_brier" in nets else None
+    res["slow"] = slow_paths(trained, args.quick)
+    print_tables(res)
+    res["goals"] = goals(res)
+    print("\n" + "\n".join(res["goals"]))
+    if args.json:
+        args.json.write_text(json.dumps(res, default=float, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

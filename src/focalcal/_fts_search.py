@@ -21,7 +21,7 @@ sorted ascending (``delta_1`` the runner-up), :math:`\beta = 1/T`, :math:`w_j = 
 
 evaluated in log space outside the sum. Per temperature the exponentials ``w_j``, ``log(1 - q_j)``
 and ``q_j log q_j`` are shared by every gamma; per ``(gamma, T)`` and logit the work is one exp,
-one division and three passes. Every exponent is clamped at ``-690`` so that no subnormal
+one division and three other passes, in float64, in cache-sized blocks of rows. Every exponent is clamped at ``-690`` so that no subnormal
 number is formed: ``exp`` of an argument below about ``-708`` (and ``float32`` ``exp`` below about
 ``-87``) takes a slow path, 6-20x slower per element, which is what made confident trained
 networks cost several times random logits in loops over ``softmax``; a clamped term is below
@@ -32,30 +32,35 @@ The fast exact selection (``method="fast"``)
 --------------------------------------------
 The selected pair is the exact search's, and its score the exact kernel's; most grid points are
 never evaluated exactly, because a cheap *lower bound* of their score already exceeds the best
-exact score found (branch and bound over temperature intervals):
+exact score found (branch and bound over temperature intervals, one path per gamma):
 
-* A bound over a box ``[gamma_a, gamma_b] x [T_a, T_b]`` needs, at ``T_a`` and ``T_b`` only, per
-  row the runner-up term, the sums of ``w_j`` over geometric groups of the sorted classes
-  (``[1, 2), [2, 4), [4, 8), ...``) and ``w_j`` at the group boundaries (a *summary*). Every factor
-  of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``, ``r_t``) or, for fixed ``q``, in
-  ``gamma``, and :math:`h^\gamma(q)/q = (1-q)^{-\gamma}/(1+\gamma f(q))` with
-  :math:`f(q) = -q\log q/(1-q)` increasing is a product of two factors monotone in ``q`` and in
-  ``gamma``; so each factor's range over the box is attained at its corners and the product of
-  the ranges bounds ``rho`` for every row, hence the confidence.
+* A bound over a box ``[gamma_a, gamma_b] x [T_a, T_b]`` needs, at ``T_a`` and ``T_b``, per row
+  the gaps of the first ``_HEADS`` non-top classes (their terms are bounded one by one) and the sum
+  of ``w_j`` over the remaining "tail" classes -- one pass over the classes per temperature
+  (:func:`tail_sums`). Every factor of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``,
+  ``r_t``, and the range of each ``q_j``) and, for fixed ``q``, in ``gamma``; and
+  :math:`h^\gamma(q)/q = (1-q)^{-\gamma}/(1+\gamma f(q))` with :math:`f(q) = -q\log q/(1-q)`
+  increasing is a product of two factors each monotone in ``q`` and in ``gamma``. So each factor's
+  range over the box is attained at a corner that the sign of ``gamma`` names, and the products
+  of the ranges bound ``rho`` for every row, hence the confidence (:func:`box_bounds`).
 * Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|`` (the
   triangle inequality over bins, for equal-width and equal-mass bins alike); the NLL is bounded
   row by row.
-* Boxes are split at their middle temperature while their bound does not exceed the best exact
-  score (plus the tie tolerance); at every level the most promising unevaluated point of every
-  gamma is evaluated exactly, which lowers the threshold. Points whose own bound stays below the
-  threshold are evaluated exactly at the end. A point is discarded only when its bound exceeds
-  ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the selection) by a margin of ``1e-9``
-  that covers the rounding of the bounds, so the pair selected among the evaluated points, with
-  the module's tie rule, is the pair the full exact search selects.
+* Every path is cut into boxes of ``_FIRST_STEP`` temperatures; a box whose bound does not exceed
+  the best exact score of its group (plus the tie tolerance) is split at its middle temperature,
+  whose own point bound is computed; at every level the live point of smallest estimated score of
+  every path is evaluated exactly, which lowers the threshold. Points whose bound stays below the
+  final threshold are evaluated exactly at the end, in order of their bound. A point is discarded
+  only when its bound exceeds ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the
+  selection) by a margin of ``1e-9`` that covers the rounding of the bounds, so the pair selected
+  among the evaluated ones, with the tie rule, is the pair the full exact search selects. The
+  pairs near the optimum (where the 1-bin bound is below the best score) are always evaluated
+  exactly: a few per cent of the paper's grid on the released networks.
 
 Both methods run their row blocks on ``torch.get_num_threads()`` worker threads with torch's own
 intra-op threading off for the duration (blocks are cache-sized and independent; on a loaded
-machine an OpenMP team of two stalls at every operation's barrier, which cost 10-40x here).
+machine an OpenMP team of two threads stalls at every operation's barrier, which cost 10-40x
+here, see ``bench/bench_posthoc.py``).
 """
 
 from __future__ import annotations

@@ -53,34 +53,19 @@ is the argmax ``t`` of the logits for every ``(gamma, T)`` and the confidence is
     \hat p_t = \frac{1}{1 + \rho},\qquad \rho = \sum_{j\neq t} \frac{h^\gamma(q_j)}{h^\gamma(q_t)}
     \in [0, K - 1],
 
-with :math:`h^\gamma(v) = v/\varphi^\gamma(v)` (Charoenphakdee Eq. 13). With the gaps
-:math:`\delta_j = z_t - z_j \ge 0`, :math:`\beta = 1/T` and
-:math:`E = \sum_{j\ne t} e^{-\beta\delta_j}` (computed relative to the runner-up, so it never
-underflows to an uninformative 0 in log space): :math:`\log q_t = -\log(1+E)`,
-:math:`\log(1-q_t) = \log E - \log(1+E)`, :math:`r_t = -q_t\log q_t/(1-q_t) = \log(1+E)/E`, and for
-the other classes (all with :math:`q_j \le 1/2`, so nothing cancels)
+with :math:`h^\gamma(v) = v/\varphi^\gamma(v)` (Charoenphakdee Eq. 13). ``rho`` is computed in
+float64 from the gaps :math:`z_t - z_j`, the per-temperature exponentials shared by every gamma
+(the exact kernel of the private module ``focalcal._fts_search``, whose docstring gives the
+formulas). Every exponent is clamped so that no subnormal number is formed: ``exp`` of arguments
+whose result underflows takes a slow path, 6-20x slower, which is what makes confident trained
+networks cost several times random logits in a loop over ``softmax``.
 
-.. math::
-
-    \frac{h^\gamma(q_j)}{h^\gamma(q_t)} = \frac{\exp\bigl(\log q_j + (1-\gamma)\log(1-q_j)
-    - \log h^\gamma(q_t)\bigr)}{(1 - q_j) - \gamma\, q_j \log q_j}.
-
-Everything that depends only on ``T`` (two exps and a log per logit) is computed once per
-temperature and shared by all ``gamma``. The exponent is the small matrix product
-``[1, 1 - gamma, gamma] @ [-beta delta_j, log(1 - q_j), log(1 - q_t)]`` (the ``log q_t`` and
-``1 + gamma r_t`` parts of :math:`\log h^\gamma(q_t)` are applied per row after the sum), and
-the denominators ``[1, -gamma] @ [1 - q_j, q_j log q_j]``; per ``(gamma, T)`` and logit the work is
-then one exp, one division and two rows of a matrix product, in float64, in blocks of about
-``2**18`` entries, so memory stays bounded for any grid. Exponents are clamped at ``-700``: exp of
-a number below about ``-708`` takes a slow path (subnormal results), 5-10x slower, and the clamped
-terms are below ``1e-304`` relative to ``rho``'s range ``[0, K - 1]``. Nothing of shape
-``(n_gamma, n_T, N, K)`` is formed; confidences are kept for one chunk of temperatures at a time
-and reduced by :func:`focalcal.metrics.calibration_error`.
-
-The exact cost per ``(gamma, T)`` is still proportional to ``N * K``: the normaliser of the map
-involves every class, so no formula in the top class alone exists for ``K > 2``. The gain over a
-loop of :func:`focalcal.maps.focal_map_from_logits` calls comes from sharing the per-``T`` work,
-computing only the two needed coordinates, and batching (see ``bench/bench_posthoc.py``).
+The exact cost per ``(gamma, T)`` is proportional to ``N * K``: the normaliser of the map involves
+every class. :class:`FocalTemperatureScaling` therefore does not score every pair by default
+(``method="fast"``): a lower bound of the score over boxes of pairs, computed from one pass over the
+classes per temperature, rules most of the grid out, and only the pairs it cannot rule out are
+scored exactly. The selected pair and its score are those of the full search (``method="exact"``,
+every pair scored; see ``tests/test_posthoc_fast.py`` and ``bench/bench_posthoc.py``).
 """
 
 from __future__ import annotations
@@ -471,8 +456,8 @@ class FocalTemperatureScaling(_Calibrator):
         Equal-mass ``n_bins``-bin ECE (the paper's ECE), equal-width ECE, or NLL (the paper's
         "log-loss" selection).
     search : {"grid", "line"}
-        ``"grid"``: all ``len(gammas) * len(temperatures)`` pairs (the paper's experiments),
-        evaluated in one vectorised pass (see the module docstring).
+        ``"grid"``: the best of all ``len(gammas) * len(temperatures)`` pairs (the paper's
+        experiments).
         ``"line"``: the cheaper "3m" search of Sec. 5.2. With ``m = len(temperatures)``:
 
         1. for each of the two anchors ``line_gammas = (g1, g2)`` the best ``T`` on the
@@ -490,6 +475,13 @@ class FocalTemperatureScaling(_Calibrator):
         Bins of the ECE criteria (15 in the paper).
     line_gammas : (float, float)
         The two anchor gammas of ``search="line"`` (distinct, each ``> -1``).
+    method : {"fast", "exact"}
+        How the pairs are scored; both select the same pair with the same score.
+        ``"exact"``: every pair (grid) or every one of the ``3m`` pairs (line) in float64.
+        ``"fast"``: only the pairs that a lower bound of the score cannot rule out (see the module
+        docstring); on the released networks a few per cent of the paper's grid, 3-10x faster than
+        ``"exact"`` and over 50x faster than a loop over (gamma, T). With a gamma of magnitude above
+        600 it scores every pair.
 
     Attributes
     ----------
@@ -498,9 +490,15 @@ class FocalTemperatureScaling(_Calibrator):
     best_score_ : float
         The criterion of the selected pair on the fitting set.
     scores_ : Tensor, shape (len(gammas), len(temperatures))
-        ``search="grid"``: the whole score grid.
-    candidates_ : Tensor, shape (n_evaluated, 3)
-        Every evaluated ``(gamma, T, score)`` in evaluation order (for ``"grid"``: gamma-major).
+        ``search="grid"``: the whole exact score grid (``None`` for ``"line"``).
+    candidates_ : Tensor, shape (n_pairs, 3)
+        Every ``(gamma, T, exact score)`` of the search in evaluation order (for ``"grid"``:
+        gamma-major; for ``"line"``: the ``2m`` anchor pairs, then the ``m`` line pairs).
+        After a ``method="fast"`` fit these two are computed on first access (the cost of an
+        exact fit; the fitting set is kept until then) and travel in ``state_dict`` only once
+        computed (a calibrator loaded from an earlier state has ``None``).
+    n_exact_ : int
+        Pairs scored exactly by the fit.
     line_ : tuple (float, float)
         ``search="line"``: intercept and slope of ``T(gamma) = intercept + slope * gamma``.
     n_classes_ : int
@@ -561,7 +559,7 @@ class FocalTemperatureScaling(_Calibrator):
         prob = _fts.Problem(z, y, dedupe=self.criterion != "nll")
         biggest = max(float(self.gammas.abs().max()), *(abs(g) for g in self.line_gammas))
         fast = self.method == "fast" and biggest <= _fts.BIG_GAMMA
-        self.line_ = None
+        self.line_, self.scores_ = None, None
         with _fts.workers(z.device) as pool:
             fit = self._fit_grid if self.search == "grid" else self._fit_line
             g_all, t_all, evaluated = fit(prob, fast, pool)
