@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .._validation import ArrayLike, check_choice, check_int, check_nonempty, check_unit_interval
-from ._inputs import as_probs, labels_for, top_label
+from ._inputs import labels_for, require_samples, scores_of, top_label
 
 BINNINGS = ("width", "mass")
 NORMS = ("l1", "l2", "max")
@@ -191,37 +191,19 @@ def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None,
     - ``"max"``: ``max_c e_c``.
 
     Shapes and the other conventions as in :func:`ece`. Vectorised over classes: the ``K`` columns
-    are binned in one call of :func:`calibration_error`'s core.
+    are binned together, in chunks of rows for equal-width bins (so that the ``N * K`` pass works in
+    cache-sized pieces).
     """
     n_bins = _check_bins(n_bins, binning, norm)
-    p = as_probs(probs, logits)
-    lab = labels_for(labels, p)
-    n, k = p.shape[-2], p.shape[-1]
-    lead = p.shape[:-2]
-    p64 = p.to(torch.float64)
-    groups = math.prod(lead)
-    # one flat id per (batch entry, bin, class); int32 ids halve the memory traffic of the N*K pass
-    small = groups * n_bins * k < 2**31
-    itype = torch.int32 if small else torch.int64
-    if binning == "width":
-        flat = _width_index(p, n_bins, out_int32=small)
-    else:  # equal-mass bins are per class: sort each class's N probabilities
-        flat = _mass_index(p64.transpose(-1, -2), n_bins).transpose(-1, -2).to(itype)
-    flat = flat.mul_(k).add_(torch.arange(k, dtype=itype, device=p.device))
-    if groups > 1:
-        flat += torch.arange(groups, dtype=itype, device=p.device).view(*lead, 1, 1) * (n_bins * k)
-    flat = flat.contiguous()
-    size = groups * n_bins * k
-    # per (bin, class) sums of p_ic - 1[y_i = c] without a dense one-hot: the probabilities are
-    # added directly and the outcomes counted from the N true-class entries
-    sums = torch.zeros(size, dtype=torch.float64, device=p.device)
-    sums.index_add_(0, flat.view(-1), p64.reshape(-1))
-    hit = flat.gather(-1, lab.expand(*lead, n).unsqueeze(-1).to(torch.int64))
-    sums -= torch.bincount(hit.reshape(-1), minlength=size).to(torch.float64)
+    scores, name = scores_of(probs, logits)
+    require_samples(scores, name)
+    lab = labels_for(labels, scores)
+    n, k = scores.shape[-2], scores.shape[-1]
+    lead = scores.shape[:-2]
+    sums, cnt = _classwise_sums(scores, name == "logits", lab, n_bins, binning, counts=norm != "l1")
     sums = sums.view(*lead, n_bins, k)
-    cnt = None
-    if norm != "l1":
-        cnt = torch.bincount(flat.view(-1), minlength=size).view(*lead, n_bins, k)
+    if cnt is not None:
+        cnt = cnt.view(*lead, n_bins, k)
     # per-class errors: bins on dim -2, so move classes before bins for _reduce_bins
     per_class = _reduce_bins(sums.transpose(-1, -2), None if cnt is None else cnt.transpose(-1, -2),
                              n, norm)
@@ -231,7 +213,53 @@ def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None,
         out = per_class.square().mean(-1).sqrt()
     else:
         out = per_class.amax(-1)
-    return out.to(p.dtype)
+    return out.to(scores.dtype)
+
+
+# (batch entries x rows x classes) binned at a time by classwise_ece with equal-width bins: a few
+# MB of temporaries, so that the N * K pass reuses cached memory instead of page-faulting fresh
+# multi-megabyte buffers (which cost more than the arithmetic on 200k x 100 inputs)
+_CW_CHUNK = 1 << 17
+
+
+def _classwise_sums(scores: Tensor, from_logits: bool, lab: Tensor, n_bins: int, binning: str,
+                    counts: bool) -> tuple[Tensor, Tensor | None]:
+    """Per (batch entry, bin, class) sums of ``p_ic - 1[y_i = c]`` (and bin counts), flattened.
+
+    The probabilities are added directly and the outcomes counted from the ``N`` true-class
+    entries (no dense one-hot); equal-width bins are done in chunks of rows, equal-mass bins
+    (a sort of each class's ``N`` probabilities) in one pass.
+    """
+    *lead, n, k = scores.shape
+    groups = math.prod(lead)
+    size = groups * n_bins * k
+    # one flat id per (batch entry, bin, class); int32 ids halve the memory traffic of the N*K pass
+    itype = torch.int32 if size < 2**31 else torch.int64
+    dev = scores.device
+    z = scores.reshape(groups, n, k)
+    cls = torch.arange(k, dtype=itype, device=dev)
+    offset = (torch.arange(groups, dtype=itype, device=dev) * (n_bins * k)).view(groups, 1, 1)
+    sums = torch.zeros(size, dtype=torch.float64, device=dev)
+    hits = torch.zeros(size, dtype=torch.int64, device=dev)
+    cnt = torch.zeros(size, dtype=torch.int64, device=dev) if counts else None
+    step = max(1, _CW_CHUNK // (groups * k)) if binning == "width" else n
+    for r0 in range(0, n, step):
+        p = z[:, r0:r0 + step]
+        if from_logits:
+            p = torch.softmax(p, dim=-1)
+        if binning == "width":
+            flat = _width_index(p, n_bins, out_int32=itype == torch.int32)
+        else:  # equal-mass bins are per class: sort each class's N probabilities
+            flat = _mass_index(p.to(torch.float64).transpose(-1, -2), n_bins).transpose(-1, -2).to(itype)
+        flat = flat.mul_(k).add_(cls)
+        if groups > 1:
+            flat += offset
+        sums.index_add_(0, flat.reshape(-1), p.to(torch.float64).reshape(-1))
+        rows = lab[r0:r0 + step].view(1, -1, 1).expand(groups, -1, 1).to(torch.int64)
+        hits += torch.bincount(flat.gather(-1, rows).reshape(-1).to(torch.int64), minlength=size)
+        if cnt is not None:
+            cnt += torch.bincount(flat.reshape(-1).to(torch.int64), minlength=size)
+    return sums - hits.to(torch.float64), cnt
 
 
 # --------------------------------------------------------------------------------------------
