@@ -278,6 +278,7 @@ class _Calibrator(torch.nn.Module):
         return torch.exp(self.forward(logits))
 
     def get_extra_state(self) -> dict[str, object]:
+        """The fitted attributes, saved in ``state_dict()`` beside the parameters."""
         state = {"_is_fitted": getattr(self, "_is_fitted", False)}
         for name in self._fitted_names:
             if hasattr(self, name):
@@ -285,6 +286,7 @@ class _Calibrator(torch.nn.Module):
         return state
 
     def set_extra_state(self, state: dict[str, object]) -> None:
+        """Restore the fitted attributes saved by :meth:`get_extra_state`."""
         for name, value in state.items():
             setattr(self, name, value)
 
