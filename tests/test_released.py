@@ -337,6 +337,13 @@ def test_a_clearly_worse_calibrator_is_found_and_the_sign_flips():
     assert (again.low, again.high) == (worse.low, worse.high)  # seeded
 
 
+def test_several_candidates_share_the_resamples():
+    z, y = synthetic(n=3000, temp=1.6, seed=15)
+    both = B.ece_differences(y, {"a": z / 1.3, "b": z / 1.8}, z, n_resamples=1000, seed=3)
+    assert both["a"] == B.ece_difference(y, z / 1.3, z, n_resamples=1000, seed=3)
+    assert both["b"] == B.ece_difference(y, z / 1.8, z, n_resamples=1000, seed=3)
+
+
 def test_percentile_intervals_cover_a_mean_about_95_percent_of_the_time():
     g = torch.Generator().manual_seed(14)
     reps, n, covered = 200, 200, 0

@@ -19,7 +19,7 @@ confidences (tested).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from ... import metrics
 from ..._validation import check_choice, check_int, check_labels, check_logits
 
 __all__ = ["VERDICTS", "BootstrapInterval", "paired_bootstrap", "resample_counts", "resampled_ece",
-           "ece_difference", "verdict"]
+           "ece_differences", "ece_difference", "verdict"]
 
 #: what an interval of ``ECE(method) - ECE(baseline)`` says, by its position relative to 0
 VERDICTS = ("better", "worse", "indistinguishable")
@@ -82,8 +82,9 @@ def paired_bootstrap(statistic: Callable[[torch.Tensor], torch.Tensor], n: int, 
     ----------
     statistic : callable
         Takes an int64 index matrix of shape ``(B, n)`` (each row one resample of ``0..n-1`` with
-        replacement) and returns the statistic of every row, shape ``(B,)``. Paired comparisons
-        index all their arrays with the same matrix.
+        replacement) and returns the statistic of every row, shape ``(B,)``, or ``M`` statistics
+        of every row, shape ``(B, M)``. Paired comparisons index all their arrays with the same
+        matrix.
     n : int
         Samples in the data set.
     n_resamples : int
@@ -94,7 +95,7 @@ def paired_bootstrap(statistic: Callable[[torch.Tensor], torch.Tensor], n: int, 
 
     Returns
     -------
-    Tensor, shape (n_resamples,), float64
+    Tensor, shape (n_resamples,) or (n_resamples, M), float64
     """
     n = check_int(n, "n")
     n_resamples = check_int(n_resamples, "n_resamples")
@@ -105,9 +106,9 @@ def paired_bootstrap(statistic: Callable[[torch.Tensor], torch.Tensor], n: int, 
         b = min(chunk, n_resamples - start)
         idx = torch.randint(n, (b, n), generator=gen)
         val = torch.as_tensor(statistic(idx), dtype=torch.float64)
-        if val.shape != (b,):
-            raise ValueError(f"statistic must return shape ({b},) for an index matrix of shape ({b}, {n}); "
-                             f"got {tuple(val.shape)}")
+        if val.dim() not in (1, 2) or val.shape[0] != b:
+            raise ValueError(f"statistic must return shape ({b},) or ({b}, M) for an index matrix of shape "
+                             f"({b}, {n}); got {tuple(val.shape)}")
         out.append(val)
     return torch.cat(out)
 
@@ -172,16 +173,21 @@ def resampled_ece(confidences: torch.Tensor, correct: torch.Tensor, counts: torc
     return sums.view(b, n_bins).abs().sum(1) / m
 
 
-def ece_difference(labels: Any, log_probs: Any, baseline_log_probs: Any, *, n_bins: int = 15,
-                   binning: str = "mass", n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
-                   chunk: int = 100) -> BootstrapInterval:
-    """Paired bootstrap interval of ``ECE(method) - ECE(baseline)`` over the test samples.
+def ece_differences(labels: Any, candidates: Mapping[str, Any], baseline_log_probs: Any, *, n_bins: int = 15,
+                    binning: str = "mass", n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
+                    chunk: int = 100) -> dict[str, BootstrapInterval]:
+    """Paired bootstrap intervals of ``ECE(candidate) - ECE(baseline)`` for several candidates at once.
+
+    Every candidate is compared with the baseline on the same resamples (drawn once; the baseline's
+    ECE of a resample is computed once), so the result for a candidate is what
+    :func:`ece_difference` gives it alone.
 
     Parameters
     ----------
     labels : Tensor, shape (N,)
-    log_probs, baseline_log_probs : Tensor, shape (N, K)
-        The two calibrated predictions (log-probabilities, or logits whose softmax is the prediction).
+    candidates : mapping name -> Tensor, shape (N, K)
+        Calibrated predictions (log-probabilities, or logits whose softmax is the prediction).
+    baseline_log_probs : Tensor, shape (N, K)
     n_bins, binning
         The ECE's bins (:func:`focalcal.metrics.ece`); default: 15 equal-mass bins, Komisarenko &
         Kull's ECE.
@@ -192,27 +198,44 @@ def ece_difference(labels: Any, log_probs: Any, baseline_log_probs: Any, *, n_bi
 
     Returns
     -------
-    BootstrapInterval
+    dict
+        name -> :class:`BootstrapInterval`.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     check_choice(binning, "binning", metrics.BINNINGS)
     y = torch.as_tensor(labels)
-    conf_a, hit_a = _top(y, log_probs)
-    conf_b, hit_b = _top(y, baseline_log_probs)
-    if conf_a.shape != conf_b.shape:
-        raise ValueError(f"log_probs and baseline_log_probs must have the same N, got {tuple(conf_a.shape)} "
-                         f"and {tuple(conf_b.shape)}")
+    base = _top(y, baseline_log_probs)
+    tops = {name: _top(y, lp) for name, lp in candidates.items()}
+    for name, (conf, _) in tops.items():
+        if conf.shape != base[0].shape:
+            raise ValueError(f"candidate {name!r} and baseline_log_probs must have the same N, got "
+                             f"{tuple(conf.shape)} and {tuple(base[0].shape)}")
+    n = base[0].shape[0]
 
-    def diff(idx: torch.Tensor) -> torch.Tensor:
-        w = resample_counts(idx, conf_a.shape[0])
-        return (resampled_ece(conf_a, hit_a, w, n_bins=n_bins, binning=binning)
-                - resampled_ece(conf_b, hit_b, w, n_bins=n_bins, binning=binning))
+    def diffs(idx: torch.Tensor) -> torch.Tensor:
+        w = resample_counts(idx, n)
+        e0 = resampled_ece(*base, w, n_bins=n_bins, binning=binning)
+        return torch.stack([resampled_ece(c, h, w, n_bins=n_bins, binning=binning) - e0
+                            for c, h in tops.values()], dim=1)
 
-    estimate = (metrics.calibration_error(conf_a, hit_a, n_bins=n_bins, binning=binning)
-                - metrics.calibration_error(conf_b, hit_b, n_bins=n_bins, binning=binning))
-    estimate = float(estimate)
-    draws = paired_bootstrap(diff, conf_a.shape[0], n_resamples=n_resamples, seed=seed, chunk=chunk)
+    e0 = metrics.calibration_error(*base, n_bins=n_bins, binning=binning)
+    draws = paired_bootstrap(diffs, n, n_resamples=n_resamples, seed=seed, chunk=chunk)
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    low, high = (float(v) for v in torch.quantile(draws, q))
-    return BootstrapInterval(estimate, low, high, float(level), int(n_resamples), int(seed), verdict(low, high))
+    out = {}
+    for j, (name, (c, h)) in enumerate(tops.items()):
+        estimate = float(metrics.calibration_error(c, h, n_bins=n_bins, binning=binning) - e0)
+        low, high = (float(v) for v in torch.quantile(draws[:, j], q))
+        out[name] = BootstrapInterval(estimate, low, high, float(level), int(n_resamples), int(seed),
+                                      verdict(low, high))
+    return out
+
+
+def ece_difference(labels: Any, log_probs: Any, baseline_log_probs: Any, **kwargs: Any) -> BootstrapInterval:
+    """Paired bootstrap interval of ``ECE(method) - ECE(baseline)`` over the test samples.
+
+    ``log_probs`` and ``baseline_log_probs`` are the two calibrated predictions, shape ``(N, K)``;
+    the keyword arguments (``n_bins``, ``binning``, ``n_resamples``, ``seed``, ``level``, ``chunk``)
+    are those of :func:`ece_differences`.
+    """
+    return ece_differences(labels, {"method": log_probs}, baseline_log_probs, **kwargs)["method"]

@@ -15,7 +15,7 @@ Komisarenko & Kull (2024), Sec. 5.1 (:func:`kk_fit`, :func:`kk_rows`)
     full ``(gamma_ev, T)`` grid and by the "3m" line search, both selected by the equal-mass ECE;
     Psi with the training ``gamma`` where the training loss has one (:data:`PSI_GAMMA`). Test
     metrics as :func:`focalcal.lab.results.metric_row`. The paired bootstrap of
-    ``ECE(focal TS) - ECE(TS)`` (:func:`focalcal.lab.results.bootstrap.ece_difference`) compares the
+    ``ECE(focal TS) - ECE(TS)`` (:func:`focalcal.lab.results.bootstrap.ece_differences`) compares the
     two ECE-selected calibrators, fitted once.
 Zhou et al. (2025) (:func:`zhou_row`)
     Class-wise ECE, (equal-width) ECE and adaptive ECE before and after TS, and the AURC and E-AURC
@@ -53,7 +53,7 @@ from ...posthoc import KK_GAMMAS, KK_TEMPERATURES, MUKHOTI_TEMPERATURES, FocalTe
 from ...scores import SCORES
 from ..data.released import RELEASED, released_logits, released_network
 from ..io import atomic_write_json
-from .bootstrap import ece_difference
+from .bootstrap import ece_differences
 from .protocol import apply_calibration, metric_row
 
 __all__ = ["HALF_SPLIT_SEED", "PSI_GAMMA", "KK_METHODS", "N_RESAMPLES", "FitEval", "fit_eval_split",
@@ -246,9 +246,9 @@ def kk_network(name: str, *, n_resamples: int = N_RESAMPLES, seed: int = 0, n_bi
     params = kk_fit(split.fit_logits, split.fit_labels, psi_gamma=PSI_GAMMA.get(net.loss), n_bins=n_bins)
     lps = kk_log_probs(params, split.eval_logits)
     y = split.eval_labels
-    boot = {key: ece_difference(y, lps[method], lps["TS (ECE)"], n_bins=n_bins, n_resamples=n_resamples,
-                                seed=seed).as_dict()
-            for key, method in (("interval", "focal TS (ECE)"), ("interval_line", "focal TS (ECE, 3m line)"))}
+    compared = {"interval": lps["focal TS (ECE)"], "interval_line": lps["focal TS (ECE, 3m line)"]}
+    boot = {key: iv.as_dict() for key, iv in ece_differences(y, compared, lps["TS (ECE)"], n_bins=n_bins,
+                                                             n_resamples=n_resamples, seed=seed).items()}
     rows = kk_rows(params, split.eval_logits, y, n_bins=n_bins, log_probs=lps)
     return {"rows": rows, **boot, "n_fit": int(split.fit_labels.shape[0]), "n_eval": int(y.shape[0]),
             "protocol": split.protocol}
