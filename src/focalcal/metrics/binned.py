@@ -22,17 +22,23 @@ NORMS = ("l1", "l2", "max")
 # the batched binned core
 # --------------------------------------------------------------------------------------------
 
-def _width_index(x: Tensor, n_bins: int, out_int32: bool = False) -> Tensor:
-    """Equal-width bin ``(lo, hi]`` of every value of ``x`` (any shape), in ``[0, n_bins)``."""
-    if x.dtype not in (torch.float32, torch.float64):
-        x = x.float()  # float16 / bfloat16 values are exact in float32
-    interior = torch.arange(1, n_bins, dtype=torch.float64, device=x.device) / n_bins
-    edges = interior.to(x.dtype)
-    if x.dtype != torch.float64:
+def _width_edges(n_bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The ``n_bins - 1`` interior equal-width edges ``b / n_bins`` in ``dtype`` (float32/float64)."""
+    interior = torch.arange(1, n_bins, dtype=torch.float64, device=device) / n_bins
+    edges = interior.to(dtype)
+    if dtype != torch.float64:
         # round the float64 edges *down* into x's dtype: then x <= edge in x's dtype exactly when
         # x <= edge in float64, so float32 input is binned as if it were converted to float64
         up = edges.double() > interior
         edges = torch.where(up, torch.nextafter(edges, torch.full_like(edges, -math.inf)), edges)
+    return edges
+
+
+def _width_index(x: Tensor, n_bins: int, out_int32: bool = False) -> Tensor:
+    """Equal-width bin ``(lo, hi]`` of every value of ``x`` (any shape), in ``[0, n_bins)``."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()  # float16 / bfloat16 values are exact in float32
+    edges = _width_edges(n_bins, x.dtype, x.device)
     # right=False over the interior edges: e[i-1] < x <= e[i] -> i; x = 0 -> bin 0, x = 1 -> last
     return torch.bucketize(x.contiguous(), edges, right=False, out_int32=out_int32)
 
@@ -226,40 +232,68 @@ def _classwise_sums(scores: Tensor, from_logits: bool, lab: Tensor, n_bins: int,
                     counts: bool) -> tuple[Tensor, Tensor | None]:
     """Per (batch entry, bin, class) sums of ``p_ic - 1[y_i = c]`` (and bin counts), flattened.
 
-    The probabilities are added directly and the outcomes counted from the ``N`` true-class
-    entries (no dense one-hot); equal-width bins are done in chunks of rows, equal-mass bins
-    (a sort of each class's ``N`` probabilities) in one pass.
+    The outcomes are counted from the ``N`` true-class entries (no dense one-hot). Equal-width
+    bins: every probability is first counted in bin 0 through the column sums, and only the
+    entries above the first edge (at most ``n_bins - 1`` per row, since a row sums to 1) are binned
+    and moved to their bin; in chunks of rows. Equal-mass bins sort each class's ``N``
+    probabilities, in one pass.
     """
     *lead, n, k = scores.shape
     groups = math.prod(lead)
-    size = groups * n_bins * k
-    # one flat id per (batch entry, bin, class); int32 ids halve the memory traffic of the N*K pass
-    itype = torch.int32 if size < 2**31 else torch.int64
-    dev = scores.device
     z = scores.reshape(groups, n, k)
-    cls = torch.arange(k, dtype=itype, device=dev)
-    offset = (torch.arange(groups, dtype=itype, device=dev) * (n_bins * k)).view(groups, 1, 1)
-    sums = torch.zeros(size, dtype=torch.float64, device=dev)
-    hits = torch.zeros(size, dtype=torch.int64, device=dev)
-    cnt = torch.zeros(size, dtype=torch.int64, device=dev) if counts else None
-    step = max(1, _CW_CHUNK // (groups * k)) if binning == "width" else n
+    if binning == "mass":
+        return _classwise_mass_sums(z, from_logits, lab, n_bins, counts)
+    dev = z.device
+    f64 = torch.float64
+    sums = torch.zeros(groups, n_bins, k, dtype=f64, device=dev)
+    hits = torch.zeros(groups * n_bins * k, dtype=torch.int64, device=dev)
+    cnt = torch.zeros(groups, n_bins, k, dtype=torch.int64, device=dev) if counts else None
+    g_off = (torch.arange(groups, device=dev) * n_bins).view(groups, 1)
+    step = max(1, _CW_CHUNK // (groups * k))
     for r0 in range(0, n, step):
         p = z[:, r0:r0 + step]
         if from_logits:
             p = torch.softmax(p, dim=-1)
-        if binning == "width":
-            flat = _width_index(p, n_bins, out_int32=itype == torch.int32)
-        else:  # equal-mass bins are per class: sort each class's N probabilities
-            flat = _mass_index(p.to(torch.float64).transpose(-1, -2), n_bins).transpose(-1, -2).to(itype)
-        flat = flat.mul_(k).add_(cls)
-        if groups > 1:
-            flat += offset
-        sums.index_add_(0, flat.reshape(-1), p.to(torch.float64).reshape(-1))
-        rows = lab[r0:r0 + step].view(1, -1, 1).expand(groups, -1, 1).to(torch.int64)
-        hits += torch.bincount(flat.gather(-1, rows).reshape(-1).to(torch.int64), minlength=size)
+        elif p.dtype not in (torch.float32, f64):
+            p = p.float()
+        sums[:, 0] += p.sum(dim=1, dtype=f64)
         if cnt is not None:
-            cnt += torch.bincount(flat.reshape(-1).to(torch.int64), minlength=size)
-    return sums - hits.to(torch.float64), cnt
+            cnt[:, 0] += p.shape[1]
+        y = lab[r0:r0 + step]
+        p_y = p.gather(-1, y.view(1, -1, 1).expand(groups, -1, 1)).squeeze(-1)
+        hits += torch.bincount(((g_off + _width_index(p_y, n_bins)) * k + y).reshape(-1),
+                               minlength=hits.numel())
+        if n_bins == 1:
+            continue
+        g, r, c = torch.nonzero(p > _width_edges(n_bins, p.dtype, dev)[0], as_tuple=True)
+        p_hi = p[g, r, c]
+        to = (g * n_bins + _width_index(p_hi, n_bins)) * k + c
+        frm = g * (n_bins * k) + c
+        p_hi = p_hi.to(f64)
+        sums.view(-1).index_add_(0, to, p_hi).index_add_(0, frm, p_hi.neg_())
+        if cnt is not None:
+            ones = torch.ones_like(to)
+            cnt.view(-1).index_add_(0, to, ones).index_add_(0, frm, ones.neg_())
+    return sums.view(-1) - hits.to(f64), None if cnt is None else cnt.view(-1)
+
+
+def _classwise_mass_sums(z: Tensor, from_logits: bool, lab: Tensor, n_bins: int,
+                         counts: bool) -> tuple[Tensor, Tensor | None]:
+    """:func:`_classwise_sums` for equal-mass bins: each class's own bins from a sort of its ``N`` values."""
+    groups, n, k = z.shape
+    size = groups * n_bins * k
+    p = torch.softmax(z, dim=-1) if from_logits else z
+    p64 = p.to(torch.float64)
+    itype = torch.int32 if size < 2**31 else torch.int64
+    flat = _mass_index(p64.transpose(-1, -2), n_bins).transpose(-1, -2).to(itype)
+    flat = flat.mul_(k).add_(torch.arange(k, dtype=itype, device=z.device))
+    flat += (torch.arange(groups, dtype=itype, device=z.device) * (n_bins * k)).view(groups, 1, 1)
+    sums = torch.zeros(size, dtype=torch.float64, device=z.device)
+    sums.index_add_(0, flat.reshape(-1), p64.reshape(-1))
+    hit = flat.gather(-1, lab.view(1, -1, 1).expand(groups, -1, 1).to(torch.int64))
+    sums -= torch.bincount(hit.reshape(-1).to(torch.int64), minlength=size).to(torch.float64)
+    cnt = torch.bincount(flat.reshape(-1).to(torch.int64), minlength=size) if counts else None
+    return sums, cnt
 
 
 # --------------------------------------------------------------------------------------------
