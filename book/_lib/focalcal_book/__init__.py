@@ -9,4 +9,6 @@
 - :mod:`focalcal_book.evidence`   float64 evidence the theory chapters assert on
 - :mod:`focalcal_book.figures`    the figures of the theory chapters
 - :mod:`focalcal_book.pages`      glue several values at once; tables for a reader
+- ``focalcal_book.printed``       the papers' own numbers, typed once with their source
+- ``focalcal_book.released``      tables, verdicts and figures of the released-models pages
 """
