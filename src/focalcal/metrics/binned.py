@@ -46,11 +46,15 @@ def _width_index(x: Tensor, n_bins: int, out_int32: bool = False) -> Tensor:
 def _mass_index(x: Tensor, n_bins: int) -> Tensor:
     """Equal-mass bin of every value along the last dim of ``x`` (..., N), int64 in ``[0, n_bins)``."""
     n = x.shape[-1]
-    x = x.contiguous()
-    srt = torch.sort(x, dim=-1).values
-    # number of values <= x: one past the sorted position of the last member of x's tie group
-    n_le = torch.searchsorted(srt, x, right=True)
-    return (n_le - 1) * n_bins // n
+    srt, order = torch.sort(x, dim=-1)
+    # number of values <= x, minus one: the sorted position of the last member of x's tie group,
+    # a reverse running minimum of the positions whose next value differs (O(N) after the sort,
+    # half the time of searching every value in the sorted array)
+    pos = torch.arange(n, device=x.device).expand_as(srt)
+    last = torch.ones_like(srt, dtype=torch.bool)
+    last[..., :-1] = srt[..., 1:] != srt[..., :-1]
+    end = torch.where(last, pos, n).flip(-1).cummin(-1).values.flip(-1)
+    return torch.empty_like(order).scatter_(-1, order, end * n_bins // n)
 
 
 def _bin_index(conf: Tensor, n_bins: int, binning: str) -> Tensor:
