@@ -19,13 +19,15 @@ sorted ascending (``delta_1`` the runner-up), :math:`\beta = 1/T`, :math:`w_j = 
     \rho = e^{-\beta\delta_1}\,(1-q_t)^{\gamma}\,(1+\gamma r_t)
            \sum_{j\neq t} \frac{w_j\,(1-q_j)^{1-\gamma}}{(1-q_j) - \gamma q_j\log q_j},
 
-evaluated in log space outside the sum. Per temperature the exponentials ``w_j``, ``log(1 - q_j)``
-and ``q_j log q_j`` are shared by every gamma; per ``(gamma, T)`` and logit the work is one exp,
-one division and three other passes, in float64, in cache-sized blocks of rows. Every exponent is clamped at ``-690`` so that no subnormal
-number is formed: ``exp`` of an argument below about ``-708`` (and ``float32`` ``exp`` below about
-``-87``) takes a slow path, 6-20x slower per element, which is what made confident trained
-networks cost several times random logits in loops over ``softmax``; a clamped term is below
-``1e-299`` relative to the runner-up's, which is kept. Rows with the same sorted gaps (duplicated
+evaluated in log space outside the sum. Per temperature the exponentials ``w_j``, ``q_j = w_j
+e^{-beta delta_1} q_t``, ``log(1 - q_j)`` and ``q_j log q_j`` are shared by every gamma (one exp
+and one log per logit); per ``(gamma, T)`` and logit the work is one exp, one division and three
+other passes, in float64, in cache-sized blocks of rows. Every exponent is clamped at ``-300`` so
+that no subnormal number is formed: ``exp`` of an argument below about ``-708`` (and ``float32``
+``exp`` below about ``-87``) takes a slow path, 6-20x slower per element, which is what made
+confident trained networks cost several times random logits in loops over ``softmax``; a clamped
+term is below ``1e-130`` relative to the runner-up's, which is kept, so no float64 sum changes.
+Rows with the same sorted gaps (duplicated
 or permuted logit rows) have the same confidence and are computed once, so ties stay ties.
 
 The fast exact selection (``method="fast"``)
@@ -83,16 +85,17 @@ _MARGIN = 1e-9
 _BLOCK = 1 << 17
 # confidences kept at once when scoring many pairs (memory bound)
 _CONF_CHUNK = 1 << 22
-# exponents are clamped here (see the module docstring): exp(-690) ~ 1e-300 is a normal float64
-_MIN_U = -690.0
+# exponents are clamped here (see the module docstring): a term e^-300 ~ 1e-130 next to the
+# runner-up's e^0 = 1 leaves every float64 sum unchanged, and products of two such stay normal
+_MIN_U = -300.0
 _MIN_EXP = -700.0
 # above this |gamma| the per-class exponent (1 - gamma) log(1 - q_j) could overflow; the kernel
 # then uses a row-shifted, clamped form, and the fast search evaluates everything exactly
 BIG_GAMMA = 600.0
 # temperatures per first-level box of the branch and bound
-_FIRST_STEP = 16
+_FIRST_STEP = 64
 # classes after the top one that the bounds treat one by one (the rest form one tail group)
-_HEADS = 3
+_HEADS = 1
 
 
 # ============================================================================================
@@ -136,6 +139,13 @@ def workers(device: torch.device) -> Iterator[ThreadPoolExecutor | None]:
             yield pool
     finally:
         torch.set_num_threads(n)
+
+
+def _map(pool: ThreadPoolExecutor | None, fn: Callable, items: list) -> list:
+    """``[fn(x) for x in items]``, on the pool's threads when there is one."""
+    if pool is None or len(items) < 2:
+        return [fn(x) for x in items]
+    return list(pool.map(fn, items))
 
 
 def _run_parts(pool: ThreadPoolExecutor | None, fn: Callable[[int, int], None], n_blocks: int) -> None:
@@ -218,16 +228,18 @@ def _shared(d1: torch.Tensor, dd: torch.Tensor, beta: float):
 def _block_exact(prob: Problem, sl: slice, beta: float, gammas: Sequence[float],
                  out_rho: torch.Tensor, out_logp: torch.Tensor | None) -> None:
     """``rho`` (and ``log p_y``) of the rows ``sl`` for every gamma, written into ``out[:, sl]``."""
-    u, _, c1, log_e, sp = _shared(prob.d1[sl], prob.dd[sl], beta)
+    u, w, c1, log_e, sp = _shared(prob.d1[sl], prob.dd[sl], beta)
     log_u = log_e - sp  # log(1 - q_t)
     omr = one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP)))
-    c = (c1 - sp).unsqueeze(-1)
     if any(g != 0 for g in gammas):
-        lq = u + c  # log q_j (classes with u clamped have q_j < 1e-299: their factors are 1)
-        q = torch.exp(lq.clamp_(min=_MIN_EXP))
+        # q_j = w_j e^c with c = log q_runner-up; c and u are clamped at -300, so every q_j is a
+        # normal number; where the true q_j is below 1e-130, 1 - q_j, log(1 - q_j) and the
+        # denominators round to the same float64 values either way
+        c = (c1 - sp).clamp_(min=_MIN_U).unsqueeze(-1)
+        q = w.mul_(torch.exp(c))
         omq = 1 - q
         l1q = torch.log(omq)
-        qlq = q.mul_(lq)
+        qlq = q.mul_(u + c)
     if out_logp is not None:
         lqy = prob.ddy[sl] * -beta + c1 - sp  # log q_y (unclamped: the NLL of a confident miss is large)
         qy = torch.exp(lqy.clamp(min=_MIN_EXP))
@@ -286,7 +298,9 @@ def exact_scores(prob: Problem, temps: Sequence[float], gammas: Sequence[Sequenc
             continue
         conf = prob.expand(torch.cat(vals).add_(1).reciprocal_())
         binning = "mass" if criterion == "ece_mass" else "width"
-        s = calibration_error(conf, prob.correct, n_bins=n_bins, binning=binning).cpu()
+        halves = conf.chunk(2) if pool is not None else (conf,)
+        s = torch.cat(_map(pool, lambda c: calibration_error(c, prob.correct, n_bins=n_bins, binning=binning),
+                           list(halves))).cpu()
         out.extend(s.split([len(g) for g in gs]))
     return out
 
@@ -382,13 +396,14 @@ def _g_range(ends: list[torch.Tensor], gl: torch.Tensor, gh: torch.Tensor) -> tu
     return torch.exp(la_min).div_(den_max), torch.exp(la_max).div_(den_min)
 
 
-def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
-               criterion: str) -> tuple[np.ndarray, np.ndarray]:
-    """Lower bound of the score over each box ``[g_lo, g_hi] x [T_a, T_b]`` and an estimate, ``(M,)``.
+def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
+               criterion: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row and box ``[g_lo, g_hi] x [T_a, T_b]``, shape ``(M, rows)``: bounds of ``log rho``
+    (ECE criteria), or a lower bound of ``-log p_y`` and ``+inf`` (NLL).
 
     ``a`` holds the terms at the lower temperature ``T_a`` (larger beta), ``b`` at ``T_b``. The
-    classes are the runner-up (``w = 1``) and one tail group, whose ``q`` lie between the last
-    class's at ``T_a`` and the first tail class's at ``T_b``.
+    classes are the first ``_HEADS`` non-top ones, bounded one by one, and one tail group, whose
+    ``q`` lie between the last class's at ``T_a`` and the first tail class's at ``T_b``.
     """
     gl, gh = g_lo.view(-1, 1), g_hi.view(-1, 1)
     # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
@@ -408,21 +423,38 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
         h_lo = h_lo + g_min[..., nh] * a.tail
         h_hi = h_hi + g_max[..., nh] * b.tail
     lr_lo, lr_hi = row_lo + torch.log(h_lo), row_hi + torch.log(h_hi)
+    if criterion != "nll":
+        return lr_lo, lr_hi
+    # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
+    # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
+    uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
+    ends = _q_ends((a.c1 + uy_a - b.sp).unsqueeze(-1), (b.c1 + uy_b - a.sp).unsqueeze(-1))
+    _, gy_max = _g_range(ends, gl.unsqueeze(-1), gh.unsqueeze(-1))
+    lry_hi = row_hi + uy_b + torch.log(gy_max[..., 0])
+    nll = softplus(lr_lo) - torch.where(~prob.correct, lry_hi, torch.zeros_like(lry_hi))
+    return nll, torch.full_like(nll, math.inf)
+
+
+def confidence_bounds(lr_lo: torch.Tensor, lr_hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The confidence ``1 / (1 + rho)`` lies in ``[sigmoid(-log rho_hi), sigmoid(-log rho_lo)]``."""
+    return (torch.sigmoid(lr_hi.clamp(_MIN_EXP, -_MIN_EXP).neg_()),
+            torch.sigmoid(lr_lo.clamp(_MIN_EXP, -_MIN_EXP).neg_()))
+
+
+def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
+               criterion: str) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bound of the score over each box ``[g_lo, g_hi] x [T_a, T_b]`` and an estimate, ``(M,)``.
+
+    Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|``; the
+    NLL is bounded row by row (:func:`row_bounds`).
+    """
+    lo, hi = row_bounds(prob, a, b, g_lo, g_hi, criterion)
     if criterion == "nll":
-        # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
-        # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
-        uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
-        ends = _q_ends((a.c1 + uy_a - b.sp).unsqueeze(-1), (b.c1 + uy_b - a.sp).unsqueeze(-1))
-        _, gy_max = _g_range(ends, gl.unsqueeze(-1), gh.unsqueeze(-1))
-        lry_hi = row_hi + uy_b + torch.log(gy_max[..., 0])
-        nll = softplus(lr_lo) - torch.where(~prob.correct, lry_hi, torch.zeros_like(lry_hi))
-        lb = nll.mean(-1).cpu().numpy()
+        lb = lo.mean(-1).cpu().numpy()
         return lb, lb
-    # confidence 1 / (1 + rho) in [sigmoid(-log rho_hi), sigmoid(-log rho_lo)]; any l1 binned
-    # calibration error is at least |mean(conf) - accuracy|
+    c_lo, c_hi = confidence_bounds(lo, hi)
     w = prob.weights / prob.n
-    m_lo = torch.sigmoid(lr_hi.clamp_(_MIN_EXP, -_MIN_EXP).neg_()) @ w
-    m_hi = torch.sigmoid(lr_lo.clamp_(_MIN_EXP, -_MIN_EXP).neg_()) @ w
+    m_lo, m_hi = c_lo @ w, c_hi @ w
     lb = torch.clamp(torch.maximum(m_lo - prob.acc, prob.acc - m_hi), min=0)
     est = ((m_lo + m_hi) / 2 - prob.acc).abs()
     return lb.cpu().numpy(), est.cpu().numpy()
@@ -486,10 +518,14 @@ class _Search:
         for k, r in enumerate(ranges):
             by_t.setdefault(r[:2], []).append(k)
         lb, est = np.empty(len(boxes)), np.empty(len(boxes))
-        for (ta, tb), ks in by_t.items():
+
+        def one(item: tuple[tuple[float, float], list[int]]) -> None:
+            (ta, tb), ks = item
             g = torch.tensor([ranges[k][2:] for k in ks], dtype=torch.float64, device=self.prob.device)
             lb[ks], est[ks] = box_bounds(self.prob, self.cache[ta], self.cache[tb], g[:, 0], g[:, 1],
                                          self.criterion)
+
+        _map(self.pool, one, list(by_t.items()))
         self.stats["bounds"] += len(boxes)
         return lb, est
 
@@ -544,9 +580,8 @@ class _Search:
             boxes = nxt
             live = {float(self.paths[s].temps[i]) for s, a, b in boxes for i in (a, b)}
             self.cache = {t: v for t, v in self.cache.items() if t in live}
-        rest = sorted((v, p) for p, (v, _) in self.lb.items() if p not in self.scores)
-        for k in range(0, len(rest), 32):
-            self.evaluate([p for v, p in rest[k:k + 32] if self.alive(p[0], v)])
+        # the survivors in one batch: pairs of the same temperature share the per-temperature work
+        self.evaluate([p for p, (v, _) in self.lb.items() if p not in self.scores and self.alive(p[0], v)])
         return self.scores
 
 
