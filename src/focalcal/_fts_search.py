@@ -27,8 +27,8 @@ that no subnormal number is formed: ``exp`` of an argument below about ``-708`` 
 ``exp`` below about ``-87``) takes a slow path, 6-20x slower per element, which is what made
 confident trained networks cost several times random logits in loops over ``softmax``; a clamped
 term is below ``1e-130`` relative to the runner-up's, which is kept, so no float64 sum changes.
-Rows with the same sorted gaps (duplicated
-or permuted logit rows) have the same confidence and are computed once, so ties stay ties.
+Rows with the same sorted gaps (duplicated or permuted logit rows) have the same confidence and
+are computed once, so ties stay ties.
 
 The fast exact selection (``method="fast"``)
 --------------------------------------------
@@ -37,9 +37,8 @@ never evaluated exactly, because a cheap *lower bound* of their score already ex
 exact score found (branch and bound over temperature intervals, one path per gamma):
 
 * A bound over a box ``[gamma_a, gamma_b] x [T_a, T_b]`` needs, at ``T_a`` and ``T_b``, per row
-  the gaps of the first ``_HEADS`` non-top classes (their terms are bounded one by one) and the sum
-  of ``w_j`` over the remaining "tail" classes -- one pass over the classes per temperature
-  (:func:`tail_sums`). Every factor of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``,
+  the gap of the runner-up (``_HEADS`` classes, bounded one by one) and the sum of ``w_j`` over the
+  remaining "tail" classes -- one pass over the classes per temperature (:func:`tail_sums`). Every factor of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``,
   ``r_t``, and the range of each ``q_j``) and, for fixed ``q``, in ``gamma``; and
   :math:`h^\gamma(q)/q = (1-q)^{-\gamma}/(1+\gamma f(q))` with :math:`f(q) = -q\log q/(1-q)`
   increasing is a product of two factors each monotone in ``q`` and in ``gamma``. So each factor's
