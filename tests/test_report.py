@@ -421,3 +421,16 @@ def test_posterior_figures_have_labels():
     plt.close(fig)
     with pytest.raises(ValueError, match="kl has no rows"):
         results.plot_posterior_kl(kl.iloc[:0])
+
+
+def test_confidence_row_is_metric_row_plus_mean_confidence():
+    g = torch.Generator().manual_seed(3)
+    z = 3 * torch.randn(400, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 6, (400,), generator=g)
+    row = results.confidence_row(y, z)
+    assert list(row) == ["accuracy", "confidence", "ece_width", "ece_mass", "nll"]
+    assert row["confidence"] == pytest.approx(float(torch.softmax(z, 1).amax(1).mean()), abs=1e-15)
+    assert row["ece_mass"] == metrics.ece(y, logits=z, binning="mass")
+    assert row["nll"] == metrics.nll(y, logits=z)
+    with pytest.raises(ValueError, match="^logits must have shape"):
+        results.confidence_row(y, z[0])

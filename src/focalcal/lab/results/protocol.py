@@ -111,14 +111,10 @@ def confidence_row(labels: Any, logits: Any) -> dict[str, float]:
     z = check_logits(logits, "logits")
     if z.dim() != 2:
         raise ValueError(f"logits must have shape (N, K), got {tuple(z.shape)}")
-    y = check_labels(labels, z.shape[1], z.shape[0])
-    return {
-        "accuracy": float(metrics.accuracy(y, logits=z)),
-        "confidence": float(torch.softmax(z, dim=-1).amax(-1).mean()),
-        "ece_width": float(metrics.ece(y, logits=z)),
-        "ece_mass": float(metrics.ece(y, logits=z, binning="mass")),
-        "nll": float(metrics.nll(y, logits=z)),
-    }
+    row = metric_row(labels, z)
+    confidence = float(torch.softmax(z, dim=-1).amax(-1).mean())
+    return {"accuracy": row["accuracy"], "confidence": confidence, "ece_width": row["ece_width"],
+            "ece_mass": row["ece_mass"], "nll": row["nll"]}
 
 
 @dataclass
