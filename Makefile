@@ -98,9 +98,19 @@ book: install sweep $(CACHE_STAMP)
 bench: install
 	$(BIN)/python bench/run_all.py
 
+# JupyterLab on the whole repository (the chapters in book/, the templates in notebooks/, src/);
+# jupytext's server extension, installed with the lab extra, opens the MyST .md pages as notebooks.
+# As root (the default in containers) Jupyter refuses to start without --allow-root, and on a Linux
+# machine with no display it would start a text-mode browser in this terminal, so both are added
+# here; LAB_ARGS passes anything else (LAB_ARGS="--port=8890 --IdentityProvider.token=abc").
 lab: install
+	@echo "make lab: installing JupyterLab (the 'dev' extra of pyproject.toml, versions pinned by $(CONSTRAINTS))"
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
-	$(BIN)/jupyter lab $(LAB_ARGS)
+	@args=""; \
+	if [ "$$(id -u)" = 0 ]; then args="--allow-root"; fi; \
+	if [ "$$(uname -s)" = Linux ] && [ -z "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ]; then args="$$args --no-browser"; fi; \
+	echo "make lab: $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $$args $(LAB_ARGS)"; \
+	exec $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $$args $(LAB_ARGS)
 
 PORT ?= 8000
 serve:
