@@ -490,3 +490,74 @@ def test_progress_bar_writes(capsys):
     train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, epochs=1, progress=True)
     err = capsys.readouterr()
     assert "epoch 1/1" in err.out + err.err and "acc" in err.out + err.err
+
+
+# ------------------------------------------------------------------------ logits at chosen epochs ---
+
+def _train_eval_loader(ld):
+    # unshuffled and without a generator: an extra pass that draws no random numbers
+    return torch.utils.data.DataLoader(ld.train.dataset, batch_size=64, shuffle=False)
+
+
+def test_logits_saved_at_the_chosen_epochs_only(tmp_path):
+    ld = _loaders()
+    res = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
+                train_eval_loader=_train_eval_loader(ld), epochs=4, seed=2, logits_epochs=(3, 1),
+                out_dir=tmp_path / "run", **SGD)
+    assert sorted(p.name for p in (tmp_path / "run").glob("logits_epoch_*.pt")) == [
+        "logits_epoch_1.pt", "logits_epoch_3.pt"]
+    assert res.settings["logits_epochs"] == [1, 3]
+    for n in (1, 3):
+        # the same run stopped after epoch n (milestones=[1] does not depend on the total epochs)
+        ld = _loaders()
+        short = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val,
+                      test_loader=ld.test, train_eval_loader=_train_eval_loader(ld), epochs=n, seed=2,
+                      **SGD)
+        saved = fio.torch_load(tmp_path / "run" / f"logits_epoch_{n}.pt")
+        assert set(saved) == {f"{s}_{k}" for s in ("train", "val", "test") for k in ("logits", "labels")}
+        assert torch.equal(saved["val_logits"], short.val_logits)
+        assert torch.equal(saved["test_logits"], short.test_logits)
+        assert torch.equal(saved["test_labels"], short.test_labels)
+        with torch.no_grad():
+            train_z = torch.cat([short.model.eval()(x) for x, _ in _train_eval_loader(ld)])
+        torch.testing.assert_close(saved["train_logits"], train_z)
+    # epoch 3 is not the final model: its logits differ from logits.pt
+    final = fio.torch_load(tmp_path / "run" / "logits.pt")
+    assert set(final) == {"val_logits", "val_labels", "test_logits", "test_labels"}
+    assert not torch.equal(final["test_logits"], saved["test_logits"])
+
+
+def test_logits_epochs_survive_a_resume(tmp_path):
+    kw = dict(epochs=3, seed=1, logits_epochs=(1, 2, 3), **SGD)
+    ld = _loaders()
+    train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
+          out_dir=tmp_path / "full", **kw)
+    ld = _loaders()
+    with pytest.raises(KeyboardInterrupt):  # 6 batches per epoch: dies in the second epoch
+        train(DropoutNet(), KilledLoss(9), ld.train, val_loader=ld.val, test_loader=ld.test,
+              out_dir=tmp_path / "cut", **kw)
+    assert [p.name for p in (tmp_path / "cut").glob("logits_epoch_*.pt")] == ["logits_epoch_1.pt"]
+    ld = _loaders(seed=99)
+    resumed = train(DropoutNet(seed=5), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val,
+                    test_loader=ld.test, out_dir=tmp_path / "cut", **kw)
+    assert resumed.resumed_from == 1
+    for n in (1, 2, 3):
+        a = fio.torch_load(tmp_path / "full" / f"logits_epoch_{n}.pt")
+        b = fio.torch_load(tmp_path / "cut" / f"logits_epoch_{n}.pt")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_no_logits_epochs_records_nothing_new(tmp_path):
+    ld = _loaders()
+    res = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
+                epochs=2, out_dir=tmp_path, **SGD)
+    assert not list(tmp_path.glob("logits_epoch_*"))
+    assert "logits_epochs" not in res.settings
+    assert "logits_epochs" not in json.loads((tmp_path / "config.json").read_text())["trainer"]
+    assert "logits_epochs" not in fio.torch_load(tmp_path / "checkpoint.pt")["settings"]
+
+
+@pytest.mark.parametrize("value", [(0,), (5,), 3, "12", (1.5,)])
+def test_bad_logits_epochs(value):
+    with pytest.raises(ValueError, match="^logits_epochs"):
+        TrainSettings(epochs=4, logits_epochs=value)

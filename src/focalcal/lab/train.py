@@ -42,7 +42,8 @@ Files in ``out_dir``
 state, history), ``history.json`` (``{"grad_norm_edges": [...], "records": [...]}``, rewritten
 every epoch), and at the end ``logits.pt`` (``val_logits``, ``val_labels``, ``test_logits``,
 ``test_labels``; float32 / int64) and ``config.json`` (the caller's ``config``, the trainer's
-settings, model, loss, data sizes, versions).
+settings, model, loss, data sizes, versions); ``logits_epoch_<n>.pt`` after each epoch ``n`` of
+``TrainSettings.logits_epochs`` (the same keys, for the model of that epoch).
 """
 
 from __future__ import annotations
@@ -195,6 +196,11 @@ class TrainSettings:
         clipping, but Mukhoti et al.'s released code clips at 2 (``clip_grad_norm(params, 2)``)
         and, by default, sums rather than averages the loss over the batch; pass
         ``clip_grad_norm=2`` with a sum-reduced loss to reproduce that code.
+    logits_epochs : tuple of int
+        After each of these (1-based) epochs, save the model's logits of that epoch into
+        ``out_dir/logits_epoch_<n>.pt`` (the keys of ``logits.pt``, plus ``train_logits`` and
+        ``train_labels`` when a ``train_eval_loader`` is given). Each must lie in ``1..epochs``.
+        Empty (the default): nothing extra is written or recorded.
 
     Raises
     ------
@@ -220,6 +226,7 @@ class TrainSettings:
     grad_norms: bool = True
     n_bins: int = 15
     clip_grad_norm: float | None = None
+    logits_epochs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -242,6 +249,11 @@ class TrainSettings:
         check_choice(self.channels_last, "channels_last", (True, False, "auto"))
         if self.milestones is not None:
             put("milestones", tuple(sorted(int(m) for m in self.milestones)))
+        if isinstance(self.logits_epochs, (str, bytes)) or not isinstance(self.logits_epochs, Iterable):
+            raise ValueError(f"logits_epochs must be a sequence of epochs, got {self.logits_epochs!r}")
+        put("logits_epochs", tuple(sorted({check_int(e, "logits_epochs") for e in self.logits_epochs})))
+        if any(e > self.epochs for e in self.logits_epochs):
+            raise ValueError(f"logits_epochs must lie in 1..epochs ({self.epochs}), got {self.logits_epochs}")
 
 
 # ------------------------------------------------------------------------------ RNG states ---
@@ -420,6 +432,8 @@ class Trainer:
             "amp_bf16": self.amp, "channels_last": self.channels_last,
             "deterministic": s.deterministic, "checkpoint_every": s.checkpoint_every,
             "n_bins": s.n_bins, "clip_grad_norm": s.clip_grad_norm,
+            # only when set: the records of runs without it stay byte-identical
+            **({"logits_epochs": list(s.logits_epochs)} if s.logits_epochs else {}),
         }
 
     # ------------------------------------------------------------------------------ fit ---
@@ -463,7 +477,7 @@ class Trainer:
             self._write_config()
         self.fc = last_linear(self.model)
         self.features = FeatureHook(self.fc)
-        self.val_out = self.test_out = None
+        self.val_out = self.test_out = self.train_eval_out = None
         try:
             for epoch in range(start, self.settings.epochs):
                 self._run_epoch(epoch)
@@ -551,6 +565,9 @@ class Trainer:
             tqdm.write(msg)
         if self.out is not None:
             n = epoch + 1
+            if n in self.settings.logits_epochs:
+                # before the checkpoint: a run killed between the two redoes the epoch and the file
+                self._save_logits(f"logits_epoch_{n}.pt", train=True)
             if n % self.settings.checkpoint_every == 0 or n == self.settings.epochs:
                 self._save_checkpoint(n)
             _write_history(self.out, self.history)
@@ -622,8 +639,8 @@ class Trainer:
         record: dict[str, Any] = {"epoch": epoch + 1, "lr": lr_now, "train_loss": done.loss}
         record.update(prefixed("train", prediction_stats(done.logits, done.labels, n_bins=n_bins)))
         if ld.train_eval is not None:
-            z, t, _ = self._evaluate(ld.train_eval)
-            record.update(prefixed("train_eval", prediction_stats(z, t, n_bins=n_bins)))
+            self.train_eval_out = self._evaluate(ld.train_eval)
+            record.update(prefixed("train_eval", prediction_stats(*self.train_eval_out[:2], n_bins=n_bins)))
         fnorm = None  # the feature norm of the test split, else of the validation split
         if ld.val is not None:
             self.val_out = self._evaluate(ld.val)
@@ -651,12 +668,7 @@ class Trainer:
             self.test_out = self._evaluate(self.loaders.test)
         val, test = self.val_out, self.test_out
         if self.out is not None:
-            blob = {}
-            if val is not None:
-                blob.update(val_logits=val[0], val_labels=val[1])
-            if test is not None:
-                blob.update(test_logits=test[0], test_labels=test[1])
-            atomic_torch_save(blob, self.out / "logits.pt")
+            self._save_logits("logits.pt")
             self._write_config()
             _write_history(self.out, self.history)
             if not self.keep_checkpoint and self._checkpoint_path.is_file():
@@ -667,6 +679,15 @@ class Trainer:
             test_logits=test[0] if test else None, test_labels=test[1] if test else None,
             out_dir=self.out, device=str(self.device), resumed_from=self.resumed_from,
             settings=self.recorded_settings())
+
+    def _save_logits(self, name: str, *, train: bool = False) -> None:
+        """The latest evaluation's logits and labels, atomically, into ``out_dir/name``."""
+        blob = {}
+        for split, out in (("train", self.train_eval_out if train else None), ("val", self.val_out),
+                           ("test", self.test_out)):
+            if out is not None:
+                blob.update({f"{split}_logits": out[0], f"{split}_labels": out[1]})
+        atomic_torch_save(blob, self.out / name)
 
     def _write_config(self) -> None:
         ld = self.loaders
