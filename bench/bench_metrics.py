@@ -54,11 +54,11 @@ def main() -> None:
     correct = logits[:20_000].argmax(-1) == labels[:20_000]
 
     fns = {
-        "ece": lambda: metrics.ece(labels, logits=logits),
+        "ece": lambda: metrics.ece(logits=logits, labels=labels),
         "torchmetrics": lambda: multiclass_calibration_error(logits, labels, num_classes=args.k,
                                                              n_bins=15, norm="l1"),
-        "classwise_ece": lambda: metrics.classwise_ece(labels, logits=logits),
-        "ece mass": lambda: metrics.ece(labels, logits=logits, binning="mass"),
+        "classwise_ece": lambda: metrics.classwise_ece(logits=logits, labels=labels),
+        "ece mass": lambda: metrics.ece(logits=logits, labels=labels, binning="mass"),
         "grid core": lambda: metrics.calibration_error(conf_grid, correct),
         "grid loop": lambda: [metrics.calibration_error(c, correct) for c in conf_grid],
     }

@@ -86,7 +86,7 @@ def loop_per_pair(z: torch.Tensor, y: torch.Tensor, pairs, dtype) -> float:
     zz = z.to(dtype)
     t0 = time.perf_counter()
     for g, t in pairs:
-        metrics.ece(y, probs=maps.focal_map_from_logits(zz, g, t), binning="mass")
+        metrics.ece(maps.focal_map_from_logits(zz, g, t), y, binning="mass")
     return (time.perf_counter() - t0) / len(pairs)
 
 

@@ -148,9 +148,9 @@ def test_posterior_feeds_kl_to_posterior():
     from focalcal.metrics import kl_to_posterior
     ds = get_dataset("charoenphakdee_1d", split="test", n=2000, dtype=torch.float64)
     bayes = ds.task.bayes_logits(ds.x)
-    assert kl_to_posterior(ds.posterior, logits=bayes) == pytest.approx(0.0, abs=1e-12)
+    assert kl_to_posterior(logits=bayes, true_probs=ds.posterior) == pytest.approx(0.0, abs=1e-12)
     # a tempered (under-confident) predictor is strictly worse
-    assert kl_to_posterior(ds.posterior, logits=bayes / 2) > 1e-3
+    assert kl_to_posterior(logits=bayes / 2, true_probs=ds.posterior) > 1e-3
 
 
 def test_gaussian_mixture_task_is_seeded():

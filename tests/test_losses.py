@@ -406,7 +406,7 @@ def test_adafocal_update_uses_the_metrics_equal_mass_bins():
         lab_ign[::10] = -100
         gap = m.update(val, lab_ign)
         keep = lab_ign != -100
-        rd = M.reliability_data(lab[keep], logits=val[keep], n_bins=n_bins, binning="mass")
+        rd = M.reliability_data(logits=val[keep], labels=lab[keep], n_bins=n_bins, binning="mass")
         torch.testing.assert_close(m.bin_edges, rd.edges)
         torch.testing.assert_close(gap, torch.where(rd.counts > 0, rd.gap, torch.zeros_like(rd.gap)))
 

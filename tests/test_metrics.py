@@ -98,20 +98,20 @@ def test_tiny_equal_width_by_hand():
     # bin (0.4,0.6]: {0.6 wrong}      gap 0.6,  weight 1/4
     # bin (0.6,0.8]: {0.7 right, 0.8 wrong} acc 1/2, conf 0.75, gap 0.25, weight 1/2
     # bin (0.8,1.0]: {0.9 right}      gap 0.1,  weight 1/4
-    kw = dict(probs=TINY_PROBS, n_bins=5)
-    assert M.ece(TINY_LABELS, **kw) == pytest.approx(0.25 * 0.6 + 0.5 * 0.25 + 0.25 * 0.1, abs=1e-15)
-    assert M.mce(TINY_LABELS, **kw) == pytest.approx(0.6, abs=1e-15)
-    assert M.ece(TINY_LABELS, norm="l2", **kw) == pytest.approx(
+    kw = dict(labels=TINY_LABELS, n_bins=5)
+    assert M.ece(TINY_PROBS, **kw) == pytest.approx(0.25 * 0.6 + 0.5 * 0.25 + 0.25 * 0.1, abs=1e-15)
+    assert M.mce(TINY_PROBS, **kw) == pytest.approx(0.6, abs=1e-15)
+    assert M.ece(TINY_PROBS, norm="l2", **kw) == pytest.approx(
         math.sqrt(0.25 * 0.36 + 0.5 * 0.0625 + 0.25 * 0.01), abs=1e-15)
-    rd = M.reliability_data(TINY_LABELS, **kw)
+    rd = M.reliability_data(TINY_PROBS, **kw)
     assert rd.counts.tolist() == [0, 0, 1, 2, 1]
     assert torch.isnan(rd.accuracy[:2]).all() and rd.accuracy[2:].tolist() == [0.0, 0.5, 1.0]
 
 
 def test_tiny_equal_mass_by_hand():
     # sorted: 0.6 (w), 0.7 (r) | 0.8 (w), 0.9 (r): gaps |0.65 - 0.5| and |0.85 - 0.5|, weights 1/2
-    assert M.ece(TINY_LABELS, probs=TINY_PROBS, n_bins=2, binning="mass") == pytest.approx(0.25)
-    assert M.mce(TINY_LABELS, probs=TINY_PROBS, n_bins=2, binning="mass") == pytest.approx(0.35)
+    assert M.ece(TINY_PROBS, TINY_LABELS, n_bins=2, binning="mass") == pytest.approx(0.25)
+    assert M.mce(TINY_PROBS, TINY_LABELS, n_bins=2, binning="mass") == pytest.approx(0.35)
 
 
 def test_zero_and_one_confidence_are_counted():
@@ -174,7 +174,7 @@ def test_classwise_matches_per_class_loop(binning, norm):
                           for c in range(4)])
     want = {"l1": per_class.mean(), "l2": np.sqrt((per_class ** 2).mean()),
             "max": per_class.max()}[norm]
-    got = M.classwise_ece(labels, probs=probs, n_bins=10, binning=binning, norm=norm)
+    got = M.classwise_ece(probs, labels, n_bins=10, binning=binning, norm=norm)
     assert got == pytest.approx(want, abs=1e-12)
 
 
@@ -183,7 +183,7 @@ def test_classwise_real_matches_loop(real):
     probs = torch.softmax(logits, -1)
     want = np.mean([loop_binned_error(probs[:, c], labels == c, 15, "width", "l1")
                     for c in range(10)])
-    assert M.classwise_ece(labels, logits=logits) == pytest.approx(want, abs=1e-12)
+    assert M.classwise_ece(logits=logits, labels=labels) == pytest.approx(want, abs=1e-12)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,9 +196,9 @@ def test_ece_mce_match_netcal_equal_width_random(n_bins, seed):
     logits, labels = random_task(seed=seed)
     probs = torch.softmax(logits, -1)
     want = netcal_metrics.ECE(bins=n_bins).measure(probs.numpy(), labels.numpy())
-    assert M.ece(labels, probs=probs, n_bins=n_bins) == pytest.approx(want, abs=1e-6)
+    assert M.ece(probs, labels, n_bins=n_bins) == pytest.approx(want, abs=1e-6)
     want_mce = netcal_metrics.MCE(bins=n_bins).measure(probs.numpy(), labels.numpy())
-    assert M.mce(labels, probs=probs, n_bins=n_bins) == pytest.approx(want_mce, abs=1e-6)
+    assert M.mce(probs, labels, n_bins=n_bins) == pytest.approx(want_mce, abs=1e-6)
 
 
 @pytest.mark.parametrize("n_bins", [10, 15, 20])
@@ -207,22 +207,22 @@ def test_ece_matches_netcal_equal_mass_random(n_bins):
     logits, labels = random_task(n=3000, seed=2)
     probs = torch.softmax(logits, -1)
     want = netcal_metrics.ECE(bins=n_bins, equal_intervals=False).measure(probs.numpy(), labels.numpy())
-    assert M.ece(labels, probs=probs, n_bins=n_bins, binning="mass") == pytest.approx(want, abs=1e-6)
+    assert M.ece(probs, labels, n_bins=n_bins, binning="mass") == pytest.approx(want, abs=1e-6)
 
 
 def test_ece_matches_netcal_real(real):
     logits, labels = real
     probs = torch.softmax(logits, -1).numpy()
     y = labels.numpy()
-    assert M.ece(labels, logits=logits) == pytest.approx(
+    assert M.ece(logits=logits, labels=labels) == pytest.approx(
         netcal_metrics.ECE(bins=15).measure(probs, y), abs=1e-6)
-    assert M.mce(labels, logits=logits) == pytest.approx(
+    assert M.mce(logits=logits, labels=labels) == pytest.approx(
         netcal_metrics.MCE(bins=15).measure(probs, y), abs=1e-6)
     for n_bins in (10, 20, 25):  # N = 10000 is a multiple of these
-        assert M.ece(labels, logits=logits, n_bins=n_bins, binning="mass") == pytest.approx(
+        assert M.ece(logits=logits, labels=labels, n_bins=n_bins, binning="mass") == pytest.approx(
             netcal_metrics.ECE(bins=n_bins, equal_intervals=False).measure(probs, y), abs=1e-6)
     # the exact float64 value quoted in the book
-    assert M.ece(labels, logits=logits) == pytest.approx(0.0562255, abs=5e-8)
+    assert M.ece(logits=logits, labels=labels) == pytest.approx(0.0562255, abs=5e-8)
 
 
 @pytest.mark.parametrize("norm", M.NORMS)
@@ -231,7 +231,7 @@ def test_ece_matches_torchmetrics(norm, real):
     for z, y in ((logits, labels), real):
         want = float(multiclass_calibration_error(z.float(), y, num_classes=z.shape[-1],
                                                   n_bins=15, norm=norm))
-        assert M.ece(y, logits=z, norm=norm) == pytest.approx(want, abs=1e-4)
+        assert M.ece(logits=z, labels=y, norm=norm) == pytest.approx(want, abs=1e-4)
 
 
 def test_torchmetrics_difference_on_real_data_is_float32(real):
@@ -239,7 +239,7 @@ def test_torchmetrics_difference_on_real_data_is_float32(real):
     # confidence is then biased upwards. The exact value is netcal's (see test above).
     logits, labels = real
     tm = float(multiclass_calibration_error(logits.float(), labels, num_classes=10, n_bins=15))
-    ours = M.ece(labels, logits=logits)
+    ours = M.ece(logits=logits, labels=labels)
     assert tm == pytest.approx(0.0562376, abs=5e-8)
     assert 1e-5 < tm - ours < 2e-5
 
@@ -251,13 +251,13 @@ def test_torchmetrics_difference_on_real_data_is_float32(real):
 def test_float32_and_float64_agree():
     logits, labels = random_task(n=2000, k=6, seed=7)
     for binning in M.BINNINGS:
-        a = M.ece(labels, logits=logits.float(), binning=binning)
-        b = M.ece(labels, logits=logits, binning=binning)
+        a = M.ece(logits=logits.float(), labels=labels, binning=binning)
+        b = M.ece(logits=logits, labels=labels, binning=binning)
         assert a == pytest.approx(b, abs=1e-6)
-    assert M.classwise_ece(labels, logits=logits.float()) == pytest.approx(
-        M.classwise_ece(labels, logits=logits), abs=1e-6)
-    assert M.nll(labels, logits=logits.float()) == pytest.approx(M.nll(labels, logits=logits), rel=1e-6)
-    assert M.aurc(labels, logits=logits.float()) == pytest.approx(M.aurc(labels, logits=logits),
+    assert M.classwise_ece(logits=logits.float(), labels=labels) == pytest.approx(
+        M.classwise_ece(logits=logits, labels=labels), abs=1e-6)
+    assert M.nll(logits=logits.float(), labels=labels) == pytest.approx(M.nll(logits=logits, labels=labels), rel=1e-6)
+    assert M.aurc(logits=logits.float(), labels=labels) == pytest.approx(M.aurc(logits=logits, labels=labels),
                                                                    abs=1e-6)
     ce32 = M.calibration_error(torch.rand(50, dtype=torch.float32), torch.rand(50) > 0.5)
     assert ce32.dtype == torch.float32
@@ -282,12 +282,12 @@ def test_logits_and_probs_agree():
     logits, labels = random_task(n=1500, k=5, seed=8)
     probs = torch.softmax(logits, -1)
     for fn in (M.ece, M.mce, M.classwise_ece, M.nll, M.brier, M.accuracy, M.aurc, M.eaurc):
-        assert fn(labels, logits=logits) == pytest.approx(fn(labels, probs=probs), abs=1e-10), fn
+        assert fn(logits=logits, labels=labels) == pytest.approx(fn(probs, labels), abs=1e-10), fn
     for score in M.SCORES:
-        assert M.aurc(labels, logits=logits, score=score) == pytest.approx(
-            M.aurc(labels, probs=probs, score=score), abs=1e-10)
-    assert M.frac_confident(labels, logits=logits, threshold=0.9) == M.frac_confident(
-        labels, probs=probs, threshold=0.9)
+        assert M.aurc(logits=logits, labels=labels, score=score) == pytest.approx(
+            M.aurc(probs, labels, score=score), abs=1e-10)
+    assert M.frac_confident(logits=logits, labels=labels, threshold=0.9) == M.frac_confident(
+        probs, labels, threshold=0.9)
 
 
 def test_batched_core_equals_loop_over_batch():
@@ -313,16 +313,16 @@ def test_batched_metrics_over_temperature_grid():
     grid = logits / temps.view(-1, 1, 1)
     for name in ("ece", "classwise_ece", "nll", "brier", "aurc", "eaurc", "accuracy"):
         batched, scalar = getattr(B, name), getattr(M, name)
-        got = batched(labels, logits=grid)
+        got = batched(logits=grid, labels=labels)
         assert isinstance(got, torch.Tensor) and got.shape == (3,)
         for t in range(3):
-            one = scalar(labels, logits=grid[t])
+            one = scalar(logits=grid[t], labels=labels)
             assert type(one) is float and float(got[t]) == pytest.approx(one, abs=1e-12), name
-            assert float(batched(labels, logits=grid[t])) == one
+            assert float(batched(logits=grid[t], labels=labels)) == one
         with pytest.raises(ValueError, match=f"focalcal.metrics.batched.{name}"):
-            scalar(labels, logits=grid)
-    assert float(B.classwise_ece(labels, logits=grid, binning="mass", norm="max")[1]) == pytest.approx(
-        M.classwise_ece(labels, logits=logits, binning="mass", norm="max"))
+            scalar(logits=grid, labels=labels)
+    assert float(B.classwise_ece(logits=grid, labels=labels, binning="mass", norm="max")[1]) == pytest.approx(
+        M.classwise_ece(logits=logits, labels=labels, binning="mass", norm="max"))
 
 
 def test_extreme_logits_are_finite():
@@ -331,10 +331,10 @@ def test_extreme_logits_are_finite():
     for dtype in (torch.float32, torch.float64):
         z = logits.to(dtype)
         for fn in (M.ece, M.mce, M.classwise_ece, M.nll, M.brier, M.aurc, M.eaurc):
-            assert math.isfinite(fn(labels, logits=z)), fn
-        assert math.isfinite(M.kl_to_posterior(torch.full((3, 3), 1 / 3, dtype=dtype), logits=z))
+            assert math.isfinite(fn(logits=z, labels=labels)), fn
+        assert math.isfinite(M.kl_to_posterior(logits=z, true_probs=torch.full((3, 3), 1 / 3, dtype=dtype)))
     # a zero probability of the true class gives a large but finite NLL
-    assert M.nll(torch.tensor([1]), probs=torch.tensor([[1.0, 0.0]])) == pytest.approx(
+    assert M.nll(torch.tensor([[1.0, 0.0]]), torch.tensor([1])) == pytest.approx(
         -math.log(torch.finfo(torch.float32).tiny))
 
 
@@ -345,17 +345,17 @@ def test_extreme_logits_are_finite():
 def test_nll_brier_accuracy_against_direct():
     logits, labels = random_task(n=1000, k=6, seed=11)
     probs = torch.softmax(logits, -1)
-    assert M.nll(labels, logits=logits) == pytest.approx(float(F.cross_entropy(logits, labels)),
+    assert M.nll(logits=logits, labels=labels) == pytest.approx(float(F.cross_entropy(logits, labels)),
                                                          abs=1e-12)
     onehot = F.one_hot(labels, 6).double()
-    assert M.brier(labels, probs=probs) == pytest.approx(
+    assert M.brier(probs, labels) == pytest.approx(
         float(((probs - onehot) ** 2).sum(1).mean()), abs=1e-12)
-    assert M.accuracy(labels, probs=probs) == pytest.approx(
+    assert M.accuracy(probs, labels) == pytest.approx(
         float((probs.argmax(1) == labels).double().mean()))
     top3 = np.argsort(-probs.numpy(), axis=1)[:, :3]
-    assert M.accuracy(labels, probs=probs, top_k=3) == pytest.approx(
+    assert M.accuracy(probs, labels, top_k=3) == pytest.approx(
         float(np.mean([labels[i].item() in top3[i] for i in range(1000)])))
-    assert M.accuracy(labels, probs=probs, top_k=6) == 1.0
+    assert M.accuracy(probs, labels, top_k=6) == 1.0
 
 
 def test_kl_to_posterior():
@@ -366,8 +366,8 @@ def test_kl_to_posterior():
     probs = torch.softmax(logits, -1)
     want = float(np.mean([sum(t * math.log(t / p) for t, p in zip(tr, pr) if t > 0)
                           for tr, pr in zip(true.tolist(), probs.tolist())]))
-    assert M.kl_to_posterior(true, probs) == pytest.approx(want, abs=1e-12)
-    assert M.kl_to_posterior(true, logits=logits) == pytest.approx(want, abs=1e-12)
+    assert M.kl_to_posterior(probs, true) == pytest.approx(want, abs=1e-12)
+    assert M.kl_to_posterior(logits=logits, true_probs=true) == pytest.approx(want, abs=1e-12)
     assert M.kl_to_posterior(probs, probs) == pytest.approx(0.0, abs=1e-15)
 
 
@@ -376,11 +376,11 @@ def test_frac_confident(real):
     probs = torch.softmax(logits, -1)
     conf, pred = probs.max(1)
     sel = conf > 0.99
-    got = M.frac_confident(labels, logits=logits)
+    got = M.frac_confident(logits=logits, labels=labels)
     assert got.count == int(sel.sum())
     assert got.fraction == pytest.approx(float(sel.double().mean()))
     assert got.accuracy == pytest.approx(float((pred[sel] == labels[sel]).double().mean()))
-    none = M.frac_confident(TINY_LABELS, probs=TINY_PROBS, threshold=0.95)
+    none = M.frac_confident(TINY_PROBS, TINY_LABELS, threshold=0.95)
     assert none.count == 0 and none.fraction == 0.0 and math.isnan(none.accuracy)
 
 
@@ -414,7 +414,7 @@ def test_aurc_matches_sort_based_formula(score):
     s = M.confidence_score(probs=p, score=score).numpy()
     assert len(np.unique(s)) == len(s)
     err = (p.argmax(-1) != labels).numpy()
-    assert M.aurc(labels, probs=p, score=score) == pytest.approx(rc_curve_aurc(s, err), abs=1e-12)
+    assert M.aurc(p, labels, score=score) == pytest.approx(rc_curve_aurc(s, err), abs=1e-12)
 
 
 def test_aurc_ties_average_over_tie_orders():
@@ -431,10 +431,10 @@ def test_aurc_ties_average_over_tie_orders():
             e = err[list(perm)]
             vals.append(np.mean(np.cumsum(e) / np.arange(1, 7)))
     assert len(vals) == 2 * 6
-    assert M.aurc(labels, probs=probs) == pytest.approx(np.mean(vals), abs=1e-14)
+    assert M.aurc(probs, labels) == pytest.approx(np.mean(vals), abs=1e-14)
     # and therefore it is permutation invariant
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
-    assert M.aurc(labels[perm], probs=probs[perm]) == pytest.approx(M.aurc(labels, probs=probs),
+    assert M.aurc(probs[perm], labels[perm]) == pytest.approx(M.aurc(probs, labels),
                                                                      abs=1e-15)
 
 
@@ -446,9 +446,9 @@ def test_aurc_ranks_saturated_rows_by_their_logits():
     assert (torch.softmax(logits, -1).max(-1).values == 1.0).all()
     labels = torch.tensor([0, 1, 0, 1, 0])  # errors at gaps 50 and 70
     err = np.array([0, 1, 0, 1, 0])
-    assert M.aurc(labels, logits=logits) == pytest.approx(rc_curve_aurc(gaps.numpy(), err),
+    assert M.aurc(logits=logits, labels=labels) == pytest.approx(rc_curve_aurc(gaps.numpy(), err),
                                                           abs=1e-14)
-    assert M.aurc(labels, logits=logits) != pytest.approx(np.mean(err), abs=1e-3)
+    assert M.aurc(logits=logits, labels=labels) != pytest.approx(np.mean(err), abs=1e-3)
 
 
 def test_aurc_converges_to_zhou_population_definition():
@@ -461,7 +461,7 @@ def test_aurc_converges_to_zhou_population_definition():
     probs = torch.stack([pmax, 1 - pmax], -1)
     wrong = torch.rand(n, generator=g, dtype=torch.float64) < 1 - pmax
     labels = wrong.long()
-    got = M.aurc(labels, probs=probs)
+    got = M.aurc(probs, labels)
     assert got == pytest.approx(1 / 8, abs=3e-3)
     # the same-sample plug-in of the definition with the true G agrees more tightly
     plug_in = float((-torch.log1p(-(2 * pmax - 1)) * wrong.double()).mean())
@@ -473,17 +473,17 @@ def test_eaurc_optimal_ranking():
     p = torch.softmax(logits, -1)
     err = (p.argmax(-1) != labels).double()
     r = float(err.mean())
-    a = M.aurc(labels, probs=p)
-    assert M.eaurc(labels, probs=p) == pytest.approx(a - (r + (1 - r) * math.log(1 - r)), abs=1e-12)
+    a = M.aurc(p, labels)
+    assert M.eaurc(p, labels) == pytest.approx(a - (r + (1 - r) * math.log(1 - r)), abs=1e-12)
     # exact optimum = AURC of an oracle that ranks every correct sample above every error
     top = p.argmax(-1)
     boost = torch.where(err.bool(), 0.0, 1.0) + torch.linspace(0, 0.5, 1000, dtype=torch.float64)
     oracle_logits = torch.log(p) + F.one_hot(top, 4) * boost.unsqueeze(-1) * 50
     assert (oracle_logits.argmax(-1) == top).all()
-    best = M.aurc(labels, logits=oracle_logits)
-    assert M.eaurc(labels, probs=p, optimum="exact") == pytest.approx(a - best, abs=1e-12)
-    assert M.eaurc(labels, probs=p) >= M.eaurc(labels, probs=p, optimum="exact") >= 0
-    assert M.eaurc(labels, logits=oracle_logits, optimum="exact") == pytest.approx(0.0, abs=1e-14)
+    best = M.aurc(logits=oracle_logits, labels=labels)
+    assert M.eaurc(p, labels, optimum="exact") == pytest.approx(a - best, abs=1e-12)
+    assert M.eaurc(p, labels) >= M.eaurc(p, labels, optimum="exact") >= 0
+    assert M.eaurc(logits=oracle_logits, labels=labels, optimum="exact") == pytest.approx(0.0, abs=1e-14)
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,11 +493,11 @@ def test_eaurc_optimal_ranking():
 @pytest.mark.parametrize("binning", M.BINNINGS)
 def test_reliability_data_consistent(real, binning):
     logits, labels = real
-    rd = M.reliability_data(labels, logits=logits, binning=binning)
+    rd = M.reliability_data(logits=logits, labels=labels, binning=binning)
     assert rd.counts.sum() == 10000 and rd.edges.shape == (16,)
     assert (rd.edges.diff() >= 0).all() and rd.edges[0] == 0 and rd.edges[-1] == 1
-    assert rd.ece() == pytest.approx(M.ece(labels, logits=logits, binning=binning), abs=1e-12)
-    conf, _ = top_label(labels, None, logits)
+    assert rd.ece() == pytest.approx(M.ece(logits=logits, labels=labels, binning=binning), abs=1e-12)
+    conf, _ = top_label(None, labels, logits)
     b = _bin_index(conf, 15, binning)
     lo, hi = rd.edges[b], rd.edges[b + 1]
     if binning == "width":
@@ -515,31 +515,35 @@ def test_reliability_data_consistent(real, binning):
 def test_bad_inputs_raise():
     probs, labels = TINY_PROBS, TINY_LABELS
     cases = [
-        (lambda: M.ece(labels, probs=probs, logits=probs), "exactly one of probs= or logits="),
-        (lambda: M.ece(labels), "exactly one of probs= or logits="),
-        (lambda: M.ece(labels[:3], probs=probs), "labels has 3 entries"),
-        (lambda: M.ece(torch.tensor([0, 1, 2, 0]), probs=probs), "labels must lie"),
-        (lambda: M.ece(torch.tensor([0, 1, -1, 0]), probs=probs), "labels must lie"),
-        (lambda: M.ece(torch.tensor([0.0, 1.5, 1.0, 0.0]), probs=probs), "labels must be integer"),
-        (lambda: M.ece(labels, logits=torch.tensor([[0.0, float("nan")]] * 4)), "logits contains 4 NaN"),
-        (lambda: M.ece(labels, probs=probs * 0.9), "rows of probs must sum to 1"),
-        (lambda: M.ece(labels, probs=-probs), r"probs must lie in \[0, 1\]"),
-        (lambda: M.ece(torch.tensor([], dtype=torch.long), probs=torch.zeros(0, 2)), "probs is empty"),
-        (lambda: M.ece(labels, probs=probs, binning="quantile"), "binning"),
-        (lambda: M.ece(labels, probs=probs, norm="l3"), "norm"),
-        (lambda: M.ece(labels, probs=probs, n_bins=0), "n_bins"),
-        (lambda: M.ece(torch.tensor([0]), probs=torch.tensor([0.3, 0.7])), r"probs must have shape \(\.\.\., N, K\)"),
-        (lambda: M.classwise_ece(labels, probs=probs, norm="L1"), "norm"),
+        (lambda: M.ece(probs, labels, logits=probs), "exactly one of probs .* or logits="),
+        (lambda: M.ece(labels=labels), "exactly one of probs .* or logits="),
+        (lambda: M.ece(probs), "labels is required"),
+        (lambda: M.ece(logits=probs), "labels is required"),
+        (lambda: M.ece(probs, labels[:3]), "labels has 3 entries"),
+        (lambda: M.ece(probs, torch.tensor([0, 1, 2, 0])), "labels must lie"),
+        (lambda: M.ece(probs, torch.tensor([0, 1, -1, 0])), "labels must lie"),
+        (lambda: M.ece(probs, torch.tensor([0.0, 1.5, 1.0, 0.0])), "labels must have an integer dtype"),
+        (lambda: M.ece(logits=torch.tensor([[0.0, float("nan")]] * 4), labels=labels), "logits contains 4 NaN"),
+        (lambda: M.ece(probs * 0.9, labels), "rows of probs must sum to 1"),
+        (lambda: M.ece(-probs, labels), r"probs must lie in \[0, 1\]"),
+        (lambda: M.ece(torch.zeros(0, 2), torch.tensor([], dtype=torch.long)), "probs is empty"),
+        (lambda: M.ece(probs, labels, binning="quantile"), "binning"),
+        (lambda: M.ece(probs, labels, norm="l3"), "norm"),
+        (lambda: M.ece(probs, labels, n_bins=0), "n_bins"),
+        (lambda: M.ece(torch.tensor([0.3, 0.7]), torch.tensor([0])), r"probs must have shape \(\.\.\., N, K\)"),
+        (lambda: M.classwise_ece(probs, labels, norm="L1"), "norm"),
         (lambda: M.calibration_error(torch.tensor([0.5, 1.2]), torch.tensor([1, 0])), "confidences"),
         (lambda: M.calibration_error(torch.tensor([0.5, 0.2]), torch.tensor([1, 0, 1])), "correct"),
         (lambda: M.calibration_error(torch.tensor([]), torch.tensor([])), "confidences is empty"),
-        (lambda: M.aurc(labels, probs=probs, score="entropy"), "score"),
-        (lambda: M.aurc(labels, probs=probs, ties="first"), "ties"),
-        (lambda: M.eaurc(labels, probs=probs, optimum="best"), "optimum"),
-        (lambda: M.accuracy(labels, probs=probs, top_k=3), "top_k"),
-        (lambda: M.frac_confident(labels, probs=probs, threshold=1.0), "threshold"),
-        (lambda: M.kl_to_posterior(probs[:3], probs), "true_probs and the model's scores"),
-        (lambda: M.nll(labels, logits=torch.full((4, 2), float("inf"))), "logits contains 8 NaN or infinite"),
+        (lambda: M.aurc(probs, labels, score="entropy"), "score"),
+        (lambda: M.aurc(probs, labels, ties="first"), "ties"),
+        (lambda: M.eaurc(probs, labels, optimum="best"), "optimum"),
+        (lambda: M.accuracy(probs, labels, top_k=3), "top_k"),
+        (lambda: M.frac_confident(probs, labels, threshold=1.0), "threshold"),
+        (lambda: M.kl_to_posterior(probs, probs[:3]), "true_probs and the model's scores"),
+        (lambda: M.kl_to_posterior(probs), "true_probs is required"),
+        (lambda: M.kl_to_posterior(true_probs=probs), "exactly one of probs"),
+        (lambda: M.nll(logits=torch.full((4, 2), float("inf")), labels=labels), "logits contains 8 NaN or infinite"),
         (lambda: M.mmce(torch.zeros(4, 2), labels, kernel_width=0.0), "kernel_width"),
         (lambda: M.mmce(torch.zeros(4), labels), "logits must have shape"),
         (lambda: M.ece_kde(torch.zeros(1, 2), labels[:1], bandwidth=0.1), "logits must have at least 2 rows"),
@@ -551,6 +555,55 @@ def test_bad_inputs_raise():
     for fn, match in cases:
         with pytest.raises(ValueError, match=match):
             fn()
+
+
+SCALAR_METRICS = (M.ece, M.mce, M.classwise_ece, M.nll, M.brier, M.accuracy, M.aurc, M.eaurc,
+                  M.frac_confident, M.reliability_data)
+
+
+@pytest.mark.parametrize("fn", SCALAR_METRICS, ids=lambda f: f.__name__)
+def test_scores_first_then_labels(fn):
+    """The convention: fn(probs, labels) or fn(logits=z, labels=y); the old order fails loudly."""
+    probs, labels = TINY_PROBS, TINY_LABELS
+
+    def value(out):  # a number to compare, whatever the return type
+        if isinstance(out, M.Confident):
+            return out.fraction
+        return out.ece() if isinstance(out, M.ReliabilityData) else out
+
+    by_position = value(fn(probs, labels))
+    assert by_position == value(fn(probs=probs, labels=labels))
+    assert by_position == pytest.approx(value(fn(logits=probs.log(), labels=labels)), abs=1e-12)
+    with pytest.raises(TypeError, match="multiple values for argument 'probs'"):
+        fn(labels, probs=probs)
+    with pytest.raises(ValueError, match="labels is required"):
+        fn(labels, logits=probs.log())
+    with pytest.raises(ValueError, match="labels is required"):
+        fn(probs)
+
+
+@pytest.mark.parametrize("fn", SCALAR_METRICS + (M.mmce, M.ece_kde, B.ece),
+                         ids=lambda f: f.__module__.rsplit(".", 1)[-1] + "." + f.__name__)
+@pytest.mark.parametrize("bad", [
+    torch.tensor([0.0, 1.0, 1.0, 0.0]),      # whole numbers, but a float dtype
+    np.array([0.0, 1.0, 1.0, 0.0]),
+    [0.0, 1.0, 1.0, 0.0],
+    torch.tensor([False, True, True, False]),
+], ids=["torch_float", "numpy_float", "list_float", "bool"])
+def test_non_integer_label_dtypes_are_refused(fn, bad):
+    """Metrics refuse float labels as the losses do (a float array is probabilities in the wrong place)."""
+    if fn in (M.mmce, M.ece_kde):
+        call = lambda: fn(TINY_PROBS.log(), bad)  # noqa: E731
+    else:
+        call = lambda: fn(TINY_PROBS, bad)  # noqa: E731
+    with pytest.raises(ValueError, match="labels must have an integer dtype"):
+        call()
+
+
+def test_integer_labels_of_any_int_type_are_accepted():
+    want = M.ece(TINY_PROBS, TINY_LABELS, n_bins=2)
+    for lab in (TINY_LABELS.int(), TINY_LABELS.numpy().astype(np.int32), TINY_LABELS.tolist()):
+        assert M.ece(TINY_PROBS, lab, n_bins=2) == want
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,18 +629,18 @@ def scored_samples(draw):
 def test_property_bounds_order_and_permutation(sample, n_bins, binning):
     logits, labels, perm = sample
     kw = dict(n_bins=n_bins, binning=binning)
-    l1 = M.ece(labels, logits=logits, **kw)
-    l2 = M.ece(labels, logits=logits, norm="l2", **kw)
-    mx = M.mce(labels, logits=logits, **kw)
+    l1 = M.ece(logits=logits, labels=labels, **kw)
+    l2 = M.ece(logits=logits, labels=labels, norm="l2", **kw)
+    mx = M.mce(logits=logits, labels=labels, **kw)
     assert 0 <= l1 <= l2 + 1e-12 and l2 <= mx + 1e-12 and mx <= 1
-    cw = M.classwise_ece(labels, logits=logits, **kw)
+    cw = M.classwise_ece(logits=logits, labels=labels, **kw)
     assert 0 <= cw <= 1
-    assert M.ece(labels[perm], logits=logits[perm], **kw) == pytest.approx(l1, abs=1e-12)
-    assert M.classwise_ece(labels[perm], logits=logits[perm], **kw) == pytest.approx(cw, abs=1e-12)
-    a = M.aurc(labels, logits=logits)
+    assert M.ece(logits=logits[perm], labels=labels[perm], **kw) == pytest.approx(l1, abs=1e-12)
+    assert M.classwise_ece(logits=logits[perm], labels=labels[perm], **kw) == pytest.approx(cw, abs=1e-12)
+    a = M.aurc(logits=logits, labels=labels)
     assert 0 <= a <= 1
-    assert M.aurc(labels[perm], logits=logits[perm]) == pytest.approx(a, abs=1e-12)
-    assert M.eaurc(labels, logits=logits, optimum="exact") >= -1e-12
+    assert M.aurc(logits=logits[perm], labels=labels[perm]) == pytest.approx(a, abs=1e-12)
+    assert M.eaurc(logits=logits, labels=labels, optimum="exact") >= -1e-12
 
 
 @HYP

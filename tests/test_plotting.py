@@ -48,13 +48,13 @@ def real(shared_logits_dir):
 
 def test_plot_reliability_draws_bins(real):
     logits, labels = real
-    fig, (ax, axh) = plotting.plot_reliability(labels, logits=logits, method="ce")
-    rd = metrics.reliability_data(labels, logits=logits)
+    fig, (ax, axh) = plotting.plot_reliability(logits=logits, labels=labels, method="ce")
+    rd = metrics.reliability_data(logits=logits, labels=labels)
     n_full = int((rd.counts > 0).sum())
     assert len(ax.patches) == 2 * n_full and len(axh.patches) == n_full
     assert "0.0562" in ax.get_title()
     assert ax.get_xlim() == (0, 1) and axh.get_xlabel() and ax.get_ylabel()
     matplotlib.pyplot.close(fig)
-    fig, (ax, axh) = plotting.plot_reliability(labels, logits=logits, binning="mass", method="focal")
+    fig, (ax, axh) = plotting.plot_reliability(logits=logits, labels=labels, binning="mass", method="focal")
     assert len(ax.patches) == 2 * 15 and ax.get_xlim() == (0, 15) and "AdaECE = 0.0559" in ax.get_title()
     matplotlib.pyplot.close(fig)

@@ -44,10 +44,10 @@ def _loop_scores(z, y, gammas, temps, criterion):
         for j, t in enumerate(temps):
             logp = maps.log_focal_map_from_logits(z, float(g), float(t))
             if criterion == "nll":
-                out[i, j] = metrics.nll(y, logits=logp)
+                out[i, j] = metrics.nll(logits=logp, labels=y)
             else:
                 binning = "mass" if criterion == "ece_mass" else "width"
-                out[i, j] = metrics.ece(y, probs=logp.exp(), binning=binning)
+                out[i, j] = metrics.ece(logp.exp(), y, binning=binning)
     return out
 
 
@@ -318,7 +318,7 @@ def test_fts_scores_on_extreme_logits_match_maps():
     # gamma = 0 is plain temperature scaling
     s0 = focal_ts_scores(z, y, gammas=[0.0], temperatures=temps, criterion="ece")[0]
     for t, v in zip(temps, s0.tolist()):
-        assert v == pytest.approx(metrics.ece(y, logits=z / t), abs=1e-13)
+        assert v == pytest.approx(metrics.ece(logits=z / t, labels=y), abs=1e-13)
 
 
 def test_fts_float32_input_gives_the_float64_result():
@@ -371,10 +371,10 @@ def test_fts_improves_ece_on_real_cifar10_logits(ce_split):
     zf, yf, ze, ye = ce_split
     fts = FocalTemperatureScaling().fit(zf, yf)  # 9 x 500 grid, equal-mass ECE
     assert fts.scores_.shape == (9, 500)
-    before = metrics.ece(ye, logits=ze, binning="mass")
-    after = metrics.ece(ye, probs=fts.predict_proba(ze), binning="mass")
+    before = metrics.ece(logits=ze, labels=ye, binning="mass")
+    after = metrics.ece(fts.predict_proba(ze), ye, binning="mass")
     assert after < 0.5 * before
-    assert metrics.accuracy(ye, probs=fts.predict_proba(ze)) == metrics.accuracy(ye, logits=ze)
+    assert metrics.accuracy(fts.predict_proba(ze), ye) == metrics.accuracy(logits=ze, labels=ye)
     # at least as good as TS on the fitting set (TS is on the same T grid with gamma = 0 ...
     # not in the gamma grid, so compare with the TS selected by the same criterion)
     ts = TemperatureScaling("ece_mass", grid=KK_TEMPERATURES).fit(zf, yf)

@@ -213,7 +213,7 @@ def test_code_ece_is_the_released_code(adaptive, seed):
 
 def test_code_ece_equal_width_is_the_library_ece_up_to_float32():
     z, y = synthetic(n=5000, seed=3)
-    assert R.code_ece(y, z) == pytest.approx(metrics.ece(y, logits=z), abs=1e-6)
+    assert R.code_ece(y, z) == pytest.approx(metrics.ece(logits=z, labels=y), abs=1e-6)
 
 
 def test_code_temperature_is_the_released_search():
@@ -236,7 +236,7 @@ def test_mukhoti_row_against_direct_computation():
     t = TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES).fit(zv, yv).temperature_
     assert row["temperature"] == t and 1.3 < t < 2.0  # the data are over-confident by 1.6
     assert row["error"] == pytest.approx(float((zt.argmax(1) != yt).double().mean()))
-    assert row["ece_post"] == pytest.approx(metrics.ece(yt, logits=zt / t))
+    assert row["ece_post"] == pytest.approx(metrics.ece(logits=zt / t, labels=yt))
     assert row["nll_pre"] == pytest.approx(float(torch.nn.functional.cross_entropy(zt, yt)))
     conf = torch.softmax(zt / t, 1).amax(1)
     assert row["s99_post"] == pytest.approx(float((conf > 0.99).double().mean()))
@@ -255,12 +255,12 @@ def test_kk_fit_and_rows():
     assert "Psi" not in R.kk_fit(zv, yv)
     ts = TemperatureScaling("ece_mass", grid=KK_TEMPERATURES).fit(zv, yv)
     assert params["TS (ECE)"]["temperature"] == ts.temperature_
-    assert params["TS (ECE)"]["val_score"] == pytest.approx(metrics.ece(yv, logits=zv / ts.temperature_, binning="mass"))
+    assert params["TS (ECE)"]["val_score"] == pytest.approx(metrics.ece(logits=zv / ts.temperature_, labels=yv, binning="mass"))
     rows = R.kk_rows(params, zt, yt)
     assert len({r["accuracy"] for r in rows}) == 1
     fts = next(r for r in rows if r["method"] == "focal TS (ECE)")
     lp = R.kk_log_probs(params, zt)["focal TS (ECE)"]
-    assert fts["ece_mass"] == pytest.approx(metrics.ece(yt, logits=lp, binning="mass"))
+    assert fts["ece_mass"] == pytest.approx(metrics.ece(logits=lp, labels=yt, binning="mass"))
 
 
 def test_zhou_row_against_the_metrics():
@@ -268,11 +268,11 @@ def test_zhou_row_against_the_metrics():
     zt, yt = synthetic(n=2000, seed=10)
     row = R.zhou_row(zt, yt, zv, yv)
     t = row["temperature"]
-    assert row["cwece_ts"] == pytest.approx(metrics.classwise_ece(yt, logits=zt / t))
-    assert row["adaece_raw"] == pytest.approx(metrics.ece(yt, logits=zt, binning="mass"))
+    assert row["cwece_ts"] == pytest.approx(metrics.classwise_ece(logits=zt / t, labels=yt))
+    assert row["adaece_raw"] == pytest.approx(metrics.ece(logits=zt, labels=yt, binning="mass"))
     for s in ("msp", "neg_entropy", "margin"):
-        assert row[f"aurc_{s}"] == pytest.approx(metrics.aurc(yt, logits=zt, score=s))
-        assert row[f"eaurc_{s}"] == pytest.approx(metrics.eaurc(yt, logits=zt, score=s))
+        assert row[f"aurc_{s}"] == pytest.approx(metrics.aurc(logits=zt, labels=yt, score=s))
+        assert row[f"eaurc_{s}"] == pytest.approx(metrics.eaurc(logits=zt, labels=yt, score=s))
 
 
 def test_cache_recomputes_only_when_the_key_changes(tmp_path):
@@ -331,8 +331,8 @@ def test_a_clearly_worse_calibrator_is_found_and_the_sign_flips():
     better = B.ece_difference(y, z / 1.6, z, n_resamples=1000)
     assert worse.verdict == "worse" and worse.low > 0 and better.verdict == "better" and better.high < 0
     assert better.estimate == pytest.approx(-worse.estimate)
-    assert worse.estimate == pytest.approx(metrics.ece(y, logits=z, binning="mass")
-                                           - metrics.ece(y, logits=z / 1.6, binning="mass"))
+    assert worse.estimate == pytest.approx(metrics.ece(logits=z, labels=y, binning="mass")
+                                           - metrics.ece(logits=z / 1.6, labels=y, binning="mass"))
     again = B.ece_difference(y, z, z / 1.6, n_resamples=1000)
     assert (again.low, again.high) == (worse.low, worse.high)  # seeded
 

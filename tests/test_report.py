@@ -86,7 +86,7 @@ def test_metric_row_matches_direct_formulas():
         mass += len(idx) / n * abs(conf[idx].mean() - correct[idx].mean())
     assert row["ece_width"] == pytest.approx(width, abs=1e-12)
     assert row["ece_mass"] == pytest.approx(mass, abs=1e-12)
-    assert row["classwise_ece"] == pytest.approx(metrics.classwise_ece(y, logits=z), abs=1e-12)
+    assert row["classwise_ece"] == pytest.approx(metrics.classwise_ece(logits=z, labels=y), abs=1e-12)
     with pytest.raises(ValueError, match="log_probs"):
         results.metric_row(y, z[None])
 
@@ -111,10 +111,10 @@ def test_calibrate_rows_protocol(calibrated):
     # no calibrator changes the argmax
     assert len({r["accuracy"] for r in cal.rows}) == 1
     # TS (NLL): the grid temperature of least validation NLL (direct search)
-    nlls = [metrics.nll(yv, logits=zv / t) for t in temps]
+    nlls = [metrics.nll(logits=zv / t, labels=yv) for t in temps]
     assert rows["TS (NLL)"]["temperature"] == temps[int(np.argmin(nlls))]
     assert rows["TS (NLL)"]["val_score"] == pytest.approx(min(nlls), rel=1e-9)
-    eces = [metrics.ece(yv, logits=zv / t, binning="mass") for t in temps]
+    eces = [metrics.ece(logits=zv / t, labels=yv, binning="mass") for t in temps]
     assert rows["TS (ECE)"]["val_score"] == pytest.approx(min(eces), abs=1e-12)
     assert rows["TS (ECE)"]["gamma_ev"] == 0.0 and rows["TS (NLL)"]["criterion"] == "nll"
     # the focal-TS grid contains gamma = 0, so it can only do at least as well on validation
@@ -430,7 +430,7 @@ def test_confidence_row_is_metric_row_plus_mean_confidence():
     row = results.confidence_row(y, z)
     assert list(row) == ["accuracy", "confidence", "ece_width", "ece_mass", "nll"]
     assert row["confidence"] == pytest.approx(float(torch.softmax(z, 1).amax(1).mean()), abs=1e-15)
-    assert row["ece_mass"] == metrics.ece(y, logits=z, binning="mass")
-    assert row["nll"] == metrics.nll(y, logits=z)
+    assert row["ece_mass"] == metrics.ece(logits=z, labels=y, binning="mass")
+    assert row["nll"] == metrics.nll(logits=z, labels=y)
     with pytest.raises(ValueError, match="^logits must have shape"):
         results.confidence_row(y, z[0])

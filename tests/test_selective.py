@@ -70,7 +70,7 @@ def test_aurc_equals_metrics_aurc_for_untied_scores():
     p = logits.softmax(-1)
     err = (p.argmax(-1) != labels).to(torch.float64)
     assert float(S.selective_risk_area(err, p.max(-1).values)) == pytest.approx(
-        metrics.aurc(labels, logits=logits), rel=1e-12)
+        metrics.aurc(logits=logits, labels=labels), rel=1e-12)
 
 
 def test_weights_are_the_library_aurc_weights_with_threshold_ties():
@@ -84,8 +84,8 @@ def test_weights_are_the_library_aurc_weights_with_threshold_ties():
     key = probs.max(-1).values
     torch.testing.assert_close(S.selective_weights(key), scores.aurc_weights(key, ties="threshold"))
     area = float(S.selective_risk_area(err, key))
-    assert metrics.aurc(labels, probs=probs, ties="threshold") == pytest.approx(area, rel=1e-14)
-    assert metrics.aurc(labels, probs=probs) != pytest.approx(area, rel=1e-3)
+    assert metrics.aurc(probs, labels, ties="threshold") == pytest.approx(area, rel=1e-14)
+    assert metrics.aurc(probs, labels) != pytest.approx(area, rel=1e-3)
     # distinct scores: the three tie rules agree
     s = torch.rand(50, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     w = [scores.aurc_weights(s, ties=t) for t in scores.TIES]
@@ -247,8 +247,8 @@ def test_empirical_measure_matches_finest_binning_metrics():
                                       torch.nn.functional.one_hot(y, k).to(torch.float64))
     conf, pred = p.max(-1)
     assert r["ece"] == pytest.approx(float(metrics.calibration_error(conf, pred == y, n_bins=n, binning="mass")))
-    assert r["cwece"] == pytest.approx(metrics.classwise_ece(y, probs=p, n_bins=n, binning="mass"))
-    assert r["brier"] == pytest.approx(metrics.brier(y, probs=p))
+    assert r["cwece"] == pytest.approx(metrics.classwise_ece(p, y, n_bins=n, binning="mass"))
+    assert r["brier"] == pytest.approx(metrics.brier(p, y))
     assert r["error"] == pytest.approx(1 - float((pred == y).double().mean()))
 
 

@@ -334,7 +334,7 @@ def test_records_present_and_sane(tmp_path):
         assert q["5"] <= q["25"] <= q["50"] <= q["75"] <= q["95"]
         assert h["feature_norm"] > 0 and h["train_loss"] > 0
     assert r.history[-1]["weight_norm"] == pytest.approx(float(r.model.fc.weight.detach().norm()))
-    assert r.history[-1]["test_ece"] == pytest.approx(ece(r.test_labels, logits=r.test_logits))
+    assert r.history[-1]["test_ece"] == pytest.approx(ece(logits=r.test_logits, labels=r.test_labels))
     # files
     hist = json.loads((tmp_path / "history.json").read_text())
     assert hist["grad_norm_edges"] == pytest.approx(GRAD_NORM_EDGES)
@@ -393,7 +393,7 @@ def test_prediction_stats_against_slow_formula():
     assert s["nll_incorrect"] == pytest.approx(np.mean(np.array(nll)[~c]))
     assert s["entropy_incorrect"] == pytest.approx(np.mean(np.array(ent)[~c]))
     assert s["accuracy"] == 0.5 and s["n"] == 4
-    assert s["ece"] == pytest.approx(ece(labels, logits=logits))
+    assert s["ece"] == pytest.approx(ece(logits=logits, labels=labels))
     # float32 and float64 agree; saturated logits stay finite; empty groups are None
     s64 = prediction_stats(logits.double(), labels)
     assert all(s[k] == pytest.approx(s64[k], rel=1e-6) for k in s)

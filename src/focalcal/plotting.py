@@ -74,8 +74,8 @@ def gamma_colors(gammas: Iterable[float], cmap: str = "viridis") -> list[tuple[f
     return [cm(0.9 * i / n) for i in range(len(gammas))]
 
 
-def plot_reliability(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-                     n_bins: int = 15, binning: str = "width", method: str = "uncalibrated",
+def plot_reliability(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+                     logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width", method: str = "uncalibrated",
                      title: str | None = None,
                      axes: tuple[Axes, Axes] | None = None) -> tuple[Figure, tuple[Axes, Axes]]:
     """Reliability diagram with gap bars and a bin-count histogram (as Mukhoti et al. 2020, Fig. 1).
@@ -91,7 +91,7 @@ def plot_reliability(labels: ArrayLike, *, probs: ArrayLike | None = None, logit
 
     Parameters
     ----------
-    labels, probs, logits, n_bins, binning
+    probs, labels, logits, n_bins, binning
         As in :func:`focalcal.metrics.reliability_data`.
     method : str
         Key for :func:`focalcal.plotting.color` (e.g. ``"ce"``, ``"focal"``, ``"TS"``).
@@ -104,7 +104,7 @@ def plot_reliability(labels: ArrayLike, *, probs: ArrayLike | None = None, logit
     -------
     (Figure, (Axes, Axes))
     """
-    data = reliability_data(labels, probs=probs, logits=logits, n_bins=n_bins, binning=binning)
+    data = reliability_data(probs, labels, logits=logits, n_bins=n_bins, binning=binning)
     col = color(method)
     if axes is None:
         _, axes = plt.subplots(2, 1, sharex=True, figsize=(4.6, 5.0),

@@ -326,7 +326,7 @@ def reliability_row(panels: Sequence[tuple[Any, Any, str, str]], *, n_bins: int 
     fig, axs = plt.subplots(2, n, figsize=(3.4 * n, 4.9), sharex=True, sharey="row", squeeze=False,
                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.1})
     for j, (labels, logits, method, title) in enumerate(panels):
-        plotting.plot_reliability(labels, logits=logits, n_bins=n_bins, method=method, title=title,
+        plotting.plot_reliability(logits=logits, labels=labels, n_bins=n_bins, method=method, title=title,
                                   axes=(axs[0, j], axs[1, j]))
         axs[0, j].title.set_fontsize(9)
         if j:

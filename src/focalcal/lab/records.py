@@ -104,7 +104,7 @@ def prediction_stats(logits: Any, labels: Any, *, n_bins: int = 15) -> dict[str,
         "entropy": float(ent.mean()), "entropy_correct": mean(ent, correct, n_c),
         "entropy_incorrect": mean(ent, ~correct, n - n_c),
         "accuracy": acc, "error": 1.0 - acc, "confidence": float(p.max(-1).values.mean()),
-        "ece": float(ece(y, logits=z, n_bins=n_bins)), "n": n,
+        "ece": float(ece(logits=z, labels=y, n_bins=n_bins)), "n": n,
     }
 
 

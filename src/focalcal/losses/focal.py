@@ -544,7 +544,7 @@ def adafocal_update(gammas: Tensor, val_logits: ArrayLike, val_target: ArrayLike
     batch = prepare(val_logits, val_target, ignore_index, "mean", min_samples=1)
     x, t = batch.selected()
     m = gammas.numel()
-    rd = reliability_data(t.cpu(), logits=x.detach().to(torch.float64).cpu(), n_bins=m, binning="mass")
+    rd = reliability_data(logits=x.detach().to(torch.float64).cpu(), labels=t.cpu(), n_bins=m, binning="mass")
     gap = torch.where(rd.counts > 0, rd.gap, torch.zeros_like(rd.gap))
     g = gammas.detach().to(torch.float64).cpu()
     nxt = torch.where(g > 0, g * torch.exp(lamda * gap), g * torch.exp(-lamda * gap))

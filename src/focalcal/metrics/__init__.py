@@ -1,13 +1,19 @@
 """Calibration and selective-prediction metrics.
 
-Every binned, proper and selective metric takes the labels first and then exactly one of
-``probs=`` or ``logits=`` by keyword: the library never guesses from the value range whether a
-score is a probability or a logit. The differentiable kernel estimates (:func:`mmce`,
-:func:`ece_kde`, :func:`kde_bandwidth`) are training penalties too and take ``logits`` and
-``labels`` positionally, in the order of the losses that use them.
+Scores come first, then labels, as in the losses, the calibrators (``fit(logits, labels)``),
+torch and scikit-learn: ``ece(probs, labels)``, or with logits ``ece(logits=logits,
+labels=labels)``. Exactly one of ``probs`` and ``logits`` is required and ``labels`` is
+required; each violation is a ``ValueError`` naming the argument. The library never guesses from
+the value range whether a score is a probability or a logit, so logits are passed by keyword.
 
-Labels are called ``labels`` here (they are data being evaluated) and ``target`` in
-:mod:`focalcal.losses`, the name of ``torch.nn.functional``; the same integer class indices.
+- ``probs``: rows on the simplex, shape ``(N, K)``;
+- ``logits``: unnormalised scores, shape ``(N, K)``;
+- ``labels``: integer class indices, shape ``(N,)``; floating, bool and complex dtypes are
+  refused (as by :mod:`focalcal.losses`), even when the values are whole numbers;
+- ``score``: the confidence-score function of the selective metrics.
+
+The differentiable kernel estimates (:func:`mmce`, :func:`ece_kde`, :func:`kde_bandwidth`) are
+training penalties too and take logits only, ``(logits, labels)`` positionally.
 
 Shapes
 ------
@@ -115,60 +121,155 @@ def _one_model(value: Tensor, name: str) -> float:
     return float(value)
 
 
-def ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-        n_bins: int = 15, binning: str = "width", norm: str = "l1") -> float:
+def ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+        logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width",
+        norm: str = "l1") -> float:
     """Top-label expected calibration error of one model, a fraction in [0, 1].
 
     :func:`focalcal.metrics.batched.ece` for ``(N, K)`` scores (documented there), as a float.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import ece
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> labels = torch.tensor([0, 1, 1, 0])
+    >>> round(ece(probs, labels, n_bins=5), 4)  # bins (0.4, 0.6], (0.6, 0.8], (0.8, 1]
+    0.225
+    >>> round(ece(logits=probs.log(), labels=labels, n_bins=5), 4)
+    0.225
     """
-    return _one_model(batched.ece(labels, probs=probs, logits=logits, n_bins=n_bins,
-                                  binning=binning, norm=norm), "ece")
+    return _one_model(batched.ece(probs, labels, logits=logits, n_bins=n_bins, binning=binning,
+                                  norm=norm), "ece")
 
 
-def mce(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-        n_bins: int = 15, binning: str = "width") -> float:
-    """Maximum calibration error of one model: :func:`focalcal.metrics.batched.mce`, as a float."""
-    return _one_model(batched.mce(labels, probs=probs, logits=logits, n_bins=n_bins,
-                                  binning=binning), "mce")
+def mce(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+        logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width") -> float:
+    """Maximum calibration error of one model: :func:`focalcal.metrics.batched.mce`, as a float.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import mce
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> round(mce(probs, torch.tensor([0, 1, 1, 0]), n_bins=5), 4)  # the bin (0.4, 0.6]
+    0.45
+    """
+    return _one_model(batched.mce(probs, labels, logits=logits, n_bins=n_bins, binning=binning),
+                      "mce")
 
 
-def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-                  n_bins: int = 15, binning: str = "width", norm: str = "l1") -> float:
-    """Class-wise calibration error of one model: :func:`focalcal.metrics.batched.classwise_ece`."""
-    return _one_model(batched.classwise_ece(labels, probs=probs, logits=logits, n_bins=n_bins,
+def classwise_ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+                  logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width",
+                  norm: str = "l1") -> float:
+    """Class-wise calibration error of one model: :func:`focalcal.metrics.batched.classwise_ece`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import classwise_ece
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> round(classwise_ece(probs, torch.tensor([0, 1, 1, 0]), n_bins=5), 4)
+    0.4
+    """
+    return _one_model(batched.classwise_ece(probs, labels, logits=logits, n_bins=n_bins,
                                             binning=binning, norm=norm), "classwise_ece")
 
 
-def nll(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None) -> float:
-    """Mean negative log-likelihood (nats) of one model: :func:`focalcal.metrics.batched.nll`."""
-    return _one_model(batched.nll(labels, probs=probs, logits=logits), "nll")
+def nll(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+        logits: ArrayLike | None = None) -> float:
+    """Mean negative log-likelihood (nats) of one model: :func:`focalcal.metrics.batched.nll`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import nll
+    >>> probs = torch.tensor([[0.5, 0.5], [0.25, 0.75]], dtype=torch.float64)
+    >>> round(nll(probs, torch.tensor([0, 1])), 4)  # (log 2 + log 4/3) / 2
+    0.4904
+    """
+    return _one_model(batched.nll(probs, labels, logits=logits), "nll")
 
 
-def brier(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None) -> float:
-    """Multi-class Brier score of one model: :func:`focalcal.metrics.batched.brier`."""
-    return _one_model(batched.brier(labels, probs=probs, logits=logits), "brier")
+def brier(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+          logits: ArrayLike | None = None) -> float:
+    """Multi-class Brier score of one model: :func:`focalcal.metrics.batched.brier`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import brier
+    >>> probs = torch.tensor([[0.5, 0.5], [0.25, 0.75]])
+    >>> round(brier(probs, torch.tensor([0, 1])), 4)  # (0.5 + 0.125) / 2
+    0.3125
+    """
+    return _one_model(batched.brier(probs, labels, logits=logits), "brier")
 
 
-def accuracy(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-             top_k: int = 1) -> float:
-    """Top-``k`` accuracy of one model: :func:`focalcal.metrics.batched.accuracy`."""
-    return _one_model(batched.accuracy(labels, probs=probs, logits=logits, top_k=top_k), "accuracy")
+def accuracy(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+             logits: ArrayLike | None = None, top_k: int = 1) -> float:
+    """Top-``k`` accuracy of one model: :func:`focalcal.metrics.batched.accuracy`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import accuracy
+    >>> logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0], [1.0, 2.0, 0.0]])
+    >>> labels = torch.tensor([0, 1, 1])
+    >>> round(accuracy(logits=logits, labels=labels), 4)
+    0.6667
+    >>> accuracy(logits=logits, labels=labels, top_k=2)
+    1.0
+    """
+    return _one_model(batched.accuracy(probs, labels, logits=logits, top_k=top_k), "accuracy")
 
 
-def kl_to_posterior(true_probs: ArrayLike, probs: ArrayLike | None = None, *,
+def kl_to_posterior(probs: ArrayLike | None = None, true_probs: ArrayLike | None = None, *,
                     logits: ArrayLike | None = None) -> float:
-    """Mean KL divergence (nats) to a known posterior: :func:`focalcal.metrics.batched.kl_to_posterior`."""
-    return _one_model(batched.kl_to_posterior(true_probs, probs, logits=logits), "kl_to_posterior")
+    """Mean KL divergence (nats) to a known posterior: :func:`focalcal.metrics.batched.kl_to_posterior`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import kl_to_posterior
+    >>> true_probs = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    >>> round(kl_to_posterior(torch.tensor([[0.75, 0.25]], dtype=torch.float64), true_probs), 4)
+    0.1438
+    >>> kl_to_posterior(true_probs, true_probs)
+    0.0
+    """
+    return _one_model(batched.kl_to_posterior(probs, true_probs, logits=logits), "kl_to_posterior")
 
 
-def aurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-         score: str = "msp", ties: str = "average") -> float:
-    """AURC with the 0/1 loss of one model: :func:`focalcal.metrics.batched.aurc`."""
-    return _one_model(batched.aurc(labels, probs=probs, logits=logits, score=score, ties=ties), "aurc")
+def aurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+         logits: ArrayLike | None = None, score: str = "msp", ties: str = "average") -> float:
+    """AURC with the 0/1 loss of one model: :func:`focalcal.metrics.batched.aurc`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import aurc
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> labels = torch.tensor([0, 1, 1, 0])  # the one error is the second most confident
+    >>> round(aurc(probs, labels), 4)  # risks 0, 1/2, 1/3, 1/4 at coverages 1/4 ... 1
+    0.2708
+    """
+    return _one_model(batched.aurc(probs, labels, logits=logits, score=score, ties=ties), "aurc")
 
 
-def eaurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-          score: str = "msp", optimum: str = "asymptotic", ties: str = "average") -> float:
-    """Excess AURC of one model: :func:`focalcal.metrics.batched.eaurc`."""
-    return _one_model(batched.eaurc(labels, probs=probs, logits=logits, score=score,
-                                    optimum=optimum, ties=ties), "eaurc")
+def eaurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+          logits: ArrayLike | None = None, score: str = "msp", optimum: str = "asymptotic",
+          ties: str = "average") -> float:
+    """Excess AURC of one model: :func:`focalcal.metrics.batched.eaurc`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import eaurc
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> labels = torch.tensor([0, 1, 1, 0])
+    >>> round(eaurc(probs, labels, optimum="exact"), 4)  # the best ranking puts the error last
+    0.2083
+    """
+    return _one_model(batched.eaurc(probs, labels, logits=logits, score=score, optimum=optimum,
+                                    ties=ties), "eaurc")

@@ -1,58 +1,79 @@
-"""Input handling shared by the metrics: exactly one of ``probs=`` / ``logits=``, labels, top label."""
+"""Input handling shared by the metrics, done once here: the scores first (exactly one of
+``probs`` / ``logits``), then ``labels`` (required, an integer dtype)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from .._validation import ArrayLike, check_labels, check_logits, check_probs
 
 
-def one_of(probs: ArrayLike | None, logits: ArrayLike | None) -> None:
+def scores_of(probs: ArrayLike | None, logits: ArrayLike | None) -> tuple[Tensor, str]:
+    """The validated ``(..., N, K)`` array that was passed (probabilities or logits) and its name."""
     if (probs is None) == (logits is None):
         given = "both" if probs is not None else "neither"
-        raise ValueError(f"pass exactly one of probs= or logits= (got {given})")
-
-
-def scores_of(probs: ArrayLike | None, logits: ArrayLike | None) -> tuple[Tensor, str]:
-    """The validated array that was passed (probabilities or logits) and its argument name."""
-    one_of(probs, logits)
-    if probs is not None:
-        return check_probs(probs, "probs"), "probs"
-    return check_logits(logits, "logits"), "logits"
-
-
-def require_samples(t: Tensor, name: str) -> None:
+        raise ValueError(f"pass exactly one of probs (the first argument) or logits= (got {given})")
+    t, name = (check_probs(probs, "probs"), "probs") if probs is not None \
+        else (check_logits(logits, "logits"), "logits")
     if t.dim() < 2:
         raise ValueError(f"{name} must have shape (..., N, K), got shape {tuple(t.shape)}")
+    return t, name
 
 
-def log_probs(probs: ArrayLike | None, logits: ArrayLike | None) -> Tensor:
-    """Log-probabilities from exactly one of ``probs=`` / ``logits=`` (a zero probability is
-    clamped to the dtype's smallest normal number, so its log is large but finite)."""
+def require_labels(labels: ArrayLike | None) -> None:
+    if labels is None:
+        raise ValueError("labels is required: pass the integer class labels (N,) after the scores, "
+                         "e.g. ece(probs, labels) or ece(logits=logits, labels=labels)")
+
+
+def labels_for(labels: ArrayLike | None, scores: Tensor) -> Tensor:
+    """Integer labels ``(N,)`` matching ``scores`` ``(..., N, K)``, on their device.
+
+    Floating (even integral-valued), bool and complex dtypes are refused, as by the losses: a
+    float array here is almost always probabilities or one-hot rows passed in the wrong place.
+    """
+    require_labels(labels)
+    if not isinstance(labels, Tensor):
+        try:
+            labels = torch.as_tensor(np.asarray(labels))
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError("labels must be an array of integer class indices") from err
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must have an integer dtype (class indices), got {labels.dtype}")
+    return check_labels(labels, n_classes=scores.shape[-1],
+                        n_samples=scores.shape[-2]).to(scores.device)
+
+
+def scored(probs: ArrayLike | None, labels: ArrayLike | None, logits: ArrayLike | None
+           ) -> tuple[Tensor, str, Tensor]:
+    """The validated scores ``(..., N, K)``, their name (``"probs"`` / ``"logits"``) and labels."""
+    require_labels(labels)  # first: an old-style ece(labels, logits=z) gets this message
     t, name = scores_of(probs, logits)
-    require_samples(t, name)
+    return t, name, labels_for(labels, t)
+
+
+def log_probs(t: Tensor, name: str) -> Tensor:
+    """Log-probabilities of validated scores (a zero probability is clamped to the dtype's
+    smallest normal number, so its log is large but finite)."""
     if name == "logits":
         return torch.log_softmax(t, dim=-1)
     return torch.log(t.clamp(min=torch.finfo(t.dtype).tiny))
 
 
-def as_probs(probs: ArrayLike | None, logits: ArrayLike | None) -> Tensor:
-    """Validated probabilities ``(..., N, K)`` (softmax of ``logits`` in their own dtype)."""
-    t, name = scores_of(probs, logits)
-    require_samples(t, name)
+def as_probs(t: Tensor, name: str) -> Tensor:
+    """Probabilities of validated scores (softmax of logits in their own dtype)."""
     return t if name == "probs" else torch.softmax(t, dim=-1)
 
 
-def as_log_probs(probs: ArrayLike | None, logits: ArrayLike | None) -> Tensor:
-    """Validated log-probabilities ``(..., N, K)``, accurate also for saturated rows.
+def as_log_probs(t: Tensor, name: str) -> Tensor:
+    """Log-probabilities of validated scores, accurate also for saturated rows.
 
     ``log p_max`` is computed as ``-log1p(sum_{j != argmax} exp(z_j - z_max))`` so that a row
     whose top probability rounds to 1 keeps a distinct (tiny, negative) log-confidence; zero
     probabilities give ``-inf``.
     """
-    t, name = scores_of(probs, logits)
-    require_samples(t, name)
     z = torch.log(t) if name == "probs" else t
     zmax, imax = z.max(dim=-1, keepdim=True)
     shifted = z - zmax
@@ -61,19 +82,24 @@ def as_log_probs(probs: ArrayLike | None, logits: ArrayLike | None) -> Tensor:
     return shifted - torch.log1p(rest)
 
 
-def labels_for(labels: ArrayLike, scores: Tensor) -> Tensor:
-    return check_labels(labels, n_classes=scores.shape[-1], n_samples=scores.shape[-2])
-
-
-def top_label(labels: ArrayLike, probs: ArrayLike | None, logits: ArrayLike | None
+def top_label(probs: ArrayLike | None, labels: ArrayLike | None, logits: ArrayLike | None
               ) -> tuple[Tensor, Tensor]:
     """Top-class probability and correctness, both (..., N); ties go to the lowest class index."""
-    scores, name = scores_of(probs, logits)
-    require_samples(scores, name)
-    lab = labels_for(labels, scores)
+    scores, name, lab = scored(probs, labels, logits)
     top, pred = scores.max(dim=-1)
     if name == "probs":
         return top, pred == lab
     # max softmax probability without the full softmax: 1 / sum_k exp(z_k - z_max)
     conf = (scores - top.unsqueeze(-1)).exp_().sum(-1).reciprocal_()
     return conf, pred == lab
+
+
+def logits_batch(logits: ArrayLike, min_samples: int = 1) -> Tensor:
+    """Logits of one batch ``(N, K)`` with at least ``min_samples`` rows (the kernel estimates)."""
+    x = check_logits(logits, "logits")
+    if x.dim() != 2:
+        raise ValueError(f"logits must have shape (N, K), got shape {tuple(x.shape)}")
+    if x.shape[0] < min_samples:
+        raise ValueError(f"logits must have at least {min_samples} rows (samples) for the "
+                         f"leave-one-out estimate, got {x.shape[0]}")
+    return x

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .._validation import ArrayLike, check_choice, check_int, check_nonempty, check_unit_interval
-from ._inputs import labels_for, require_samples, scores_of, top_label
+from ._inputs import scored, top_label
 
 BINNINGS = ("width", "mass")
 NORMS = ("l1", "l2", "max")
@@ -152,18 +152,21 @@ def calibration_error(confidences: ArrayLike, correct: ArrayLike, *, n_bins: int
 # top-label and class-wise calibration
 # --------------------------------------------------------------------------------------------
 
-def ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-        n_bins: int = 15, binning: str = "width", norm: str = "l1") -> Tensor:
+def ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+        logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width",
+        norm: str = "l1") -> Tensor:
     """Top-label expected calibration error (Naeini et al. 2015; Mukhoti et al. 2020, eq. 1, 3).
 
     ``binning="mass"`` gives Mukhoti's AdaECE, ``norm="max"`` the MCE (see :func:`mce`).
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
-        Integer class labels in ``[0, K)``.
-    probs, logits : Tensor, shape (..., N, K)
-        Exactly one of them: probabilities (rows summing to 1) or unnormalised scores.
+    probs : Tensor, shape (..., N, K), optional
+        Probabilities (rows summing to 1). Exactly one of ``probs`` and ``logits`` is required.
+    labels : Tensor of int, shape (N,)
+        Integer class labels in ``[0, K)`` (required; float labels are refused).
+    logits : Tensor, shape (..., N, K), optional, keyword-only
+        Unnormalised scores, instead of ``probs``.
     n_bins, binning, norm
         See :func:`calibration_error` and the module docstring for the exact conventions.
 
@@ -173,20 +176,20 @@ def ece(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike 
         A fraction in [0, 1] (not a percentage); 0-d for ``(N, K)`` input.
     """
     n_bins = _check_bins(n_bins, binning, norm)
-    conf, correct = top_label(labels, probs, logits)
+    conf, correct = top_label(probs, labels, logits)
     return calibration_error(conf, correct, n_bins=n_bins, binning=binning, norm=norm)
 
 
-def mce(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-        n_bins: int = 15, binning: str = "width") -> Tensor:
+def mce(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+        logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width") -> Tensor:
     """Maximum calibration error (Mukhoti et al. 2020, eq. 2): ``max_b |A_b - C_b|`` over non-empty bins.
 
     Same as ``ece(..., norm="max")``; shapes and conventions as in :func:`ece`.
     """
-    return ece(labels, probs=probs, logits=logits, n_bins=n_bins, binning=binning, norm="max")
+    return ece(probs, labels, logits=logits, n_bins=n_bins, binning=binning, norm="max")
 
 
-def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None,
+def classwise_ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
                   logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width",
                   norm: str = "l1") -> Tensor:
     """Class-wise calibration error cwECE (Kull et al. 2019; Zhou et al. 2025, Def. 3.7 and A.1).
@@ -205,9 +208,7 @@ def classwise_ece(labels: ArrayLike, *, probs: ArrayLike | None = None,
     cache-sized pieces).
     """
     n_bins = _check_bins(n_bins, binning, norm)
-    scores, name = scores_of(probs, logits)
-    require_samples(scores, name)
-    lab = labels_for(labels, scores)
+    scores, name, lab = scored(probs, labels, logits)
     n, k = scores.shape[-2], scores.shape[-1]
     lead = scores.shape[:-2]
     sums, cnt = _classwise_sums(scores, name == "logits", lab, n_bins, binning, counts=norm != "l1")
@@ -346,16 +347,17 @@ class ReliabilityData:
         return float((w * self.gap[full].abs()).sum())
 
 
-def reliability_data(labels: ArrayLike, *, probs: ArrayLike | None = None,
+def reliability_data(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
                      logits: ArrayLike | None = None, n_bins: int = 15,
                      binning: str = "width") -> ReliabilityData:
     """Bin edges, counts, accuracy and mean confidence per bin, for a reliability diagram.
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
-    probs, logits : Tensor, shape (N, K)
-        Exactly one of them (no batch dims).
+    probs : Tensor, shape (N, K), optional
+        Probabilities; exactly one of ``probs`` and ``logits`` (no batch dims).
+    labels : Tensor of int, shape (N,)
+    logits : Tensor, shape (N, K), optional, keyword-only
     n_bins : int
     binning : {"width", "mass"}
         Same bins as :func:`ece`.
@@ -366,7 +368,7 @@ def reliability_data(labels: ArrayLike, *, probs: ArrayLike | None = None,
         float64 tensors (counts int64).
     """
     n_bins = _check_bins(n_bins, binning, "l1")
-    conf, correct = top_label(labels, probs, logits)
+    conf, correct = top_label(probs, labels, logits)
     if conf.dim() != 1:
         raise ValueError(f"reliability_data takes scores of shape (N, K), got batch dims "
                          f"{tuple(conf.shape[:-1])}")

@@ -1,8 +1,9 @@
 """Differentiable kernel estimates of the calibration error: MMCE and the KDE-based ECE.
 
-Unlike the binned metrics these take ``logits`` positionally first, then ``labels`` (the order of
-the training losses that add them as penalties, :mod:`focalcal.losses.regularised`), they are
-differentiable in the logits, and they are defined on one batch ``(N, K)`` (no leading dims).
+Unlike the binned metrics these take logits only (``logits, labels`` positionally, scores first as
+everywhere and as in the training losses that add them as penalties,
+:mod:`focalcal.losses.regularised`), they are differentiable in the logits, and they are defined
+on one batch ``(N, K)`` (no leading dims).
 """
 
 from __future__ import annotations
@@ -15,24 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._validation import ArrayLike, check_choice, check_labels, check_logits, check_positive
+from .._validation import ArrayLike, check_choice, check_positive
+from ._inputs import labels_for, logits_batch
 
 MODES = ("canonical", "top_label")
 #: the authors' bandwidth grid: ``logspace(-5, -1, 15)`` and ``linspace(0.2, 1, 5)``
 BANDWIDTH_GRID = tuple(np.concatenate([np.logspace(-5, -1, 15), np.linspace(0.2, 1.0, 5)]).tolist())
-
-
-def _batch(logits: ArrayLike, labels: ArrayLike | None, min_samples: int = 1
-           ) -> tuple[Tensor, Tensor | None]:
-    x = check_logits(logits, "logits")
-    if x.dim() != 2:
-        raise ValueError(f"logits must have shape (N, K), got shape {tuple(x.shape)}")
-    if x.shape[0] < min_samples:
-        raise ValueError(f"logits must have at least {min_samples} rows (samples) for the "
-                         f"leave-one-out estimate, got {x.shape[0]}")
-    if labels is None:
-        return x, None
-    return x, check_labels(labels, n_classes=x.shape[1], n_samples=x.shape[0]).to(x.device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,8 +84,8 @@ def mmce(logits: ArrayLike, labels: ArrayLike, *, weighted: bool = True,
     Tensor, 0-d
     """
     weighted, kernel_width = check_mmce_params(weighted, kernel_width)
-    x, t = _batch(logits, labels)
-    return mmce_unchecked(x, t, weighted, kernel_width)
+    x = logits_batch(logits)
+    return mmce_unchecked(x, labels_for(labels, x), weighted, kernel_width)
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,7 +170,7 @@ def kde_bandwidth(logits: ArrayLike, *, mode: str = "canonical",
     """
     mode = check_choice(mode, "mode", MODES)
     grid = BANDWIDTH_GRID if grid is None else tuple(check_positive(h, "grid") for h in grid)
-    x, _ = _batch(logits, None, min_samples=2)
+    x = logits_batch(logits, min_samples=2)
     return _bandwidth(x, mode, grid)
 
 
@@ -229,5 +218,5 @@ def ece_kde(logits: ArrayLike, labels: ArrayLike, *, bandwidth: float | str = "a
     Tensor, 0-d
     """
     bandwidth, p, mode = check_kde_params(bandwidth, p, mode)
-    x, t = _batch(logits, labels, min_samples=2)
-    return ece_kde_unchecked(x, t, bandwidth, p, mode)
+    x = logits_batch(logits, min_samples=2)
+    return ece_kde_unchecked(x, labels_for(labels, x), bandwidth, p, mode)

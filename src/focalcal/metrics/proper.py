@@ -9,11 +9,11 @@ import torch
 from torch import Tensor
 
 from .._validation import ArrayLike, check_int, check_probs, check_unit_interval
-from ._inputs import as_probs, labels_for, log_probs, require_samples, scores_of, top_label
+from ._inputs import as_probs, log_probs, scored, scores_of, top_label
 
 
-def nll(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None
-        ) -> Tensor:
+def nll(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+        logits: ArrayLike | None = None) -> Tensor:
     """Mean negative log-likelihood ``-mean_i log p_{i, y_i}`` (nats).
 
     From ``logits`` it is computed with ``log_softmax`` (finite for any finite logits). From
@@ -23,40 +23,38 @@ def nll(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike 
 
     Shapes as in :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``.
     """
-    logp = log_probs(probs, logits)
-    lab = labels_for(labels, logp)
+    t, name, lab = scored(probs, labels, logits)
+    logp = log_probs(t, name)
     idx = lab.expand(*logp.shape[:-1]).unsqueeze(-1)
     return -logp.gather(-1, idx).squeeze(-1).mean(-1)
 
 
-def brier(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None
-          ) -> Tensor:
+def brier(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+          logits: ArrayLike | None = None) -> Tensor:
     """Brier score ``mean_i sum_k (p_{ik} - 1[y_i = k])**2`` (Zhou et al. 2025, Def. A.2), in [0, 2].
 
     The multi-class sum over classes, not divided by ``K``. Shapes as in
     :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``.
     """
-    p = as_probs(probs, logits)
-    lab = labels_for(labels, p)
+    t, name, lab = scored(probs, labels, logits)
+    p = as_probs(t, name)
     onehot = torch.zeros_like(p).scatter_(-1, lab.expand(*p.shape[:-1]).unsqueeze(-1), 1.0)
     return (p - onehot).square().sum(-1).mean(-1)
 
 
-def accuracy(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-             top_k: int = 1) -> Tensor:
+def accuracy(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+             logits: ArrayLike | None = None, top_k: int = 1) -> Tensor:
     """Fraction of samples whose label is among the ``top_k`` highest scores.
 
     ``top_k=1`` breaks ties towards the lowest class index (as :func:`focalcal.metrics.batched.ece`
     does); for ``top_k > 1`` ties at the cut are broken by ``torch.topk``. Shapes as in
     :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``.
     """
-    scores, name = scores_of(probs, logits)
-    require_samples(scores, name)
-    k = scores.shape[-1]
     top_k = check_int(top_k, "top_k", minimum=1)
+    scores, _, lab = scored(probs, labels, logits)
+    k = scores.shape[-1]
     if top_k > k:
         raise ValueError(f"top_k must be <= the number of classes {k}, got {top_k}")
-    lab = labels_for(labels, scores)
     if top_k == 1:
         hit = scores.argmax(-1) == lab
     else:
@@ -64,7 +62,7 @@ def accuracy(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: Array
     return hit.to(torch.float64).mean(-1).to(scores.dtype)
 
 
-def kl_to_posterior(true_probs: ArrayLike, probs: ArrayLike | None = None, *,
+def kl_to_posterior(probs: ArrayLike | None = None, true_probs: ArrayLike | None = None, *,
                     logits: ArrayLike | None = None) -> Tensor:
     """Mean KL divergence ``mean_i KL(true_i || p_i) = mean_i sum_k t_ik log(t_ik / p_ik)`` (nats).
 
@@ -74,17 +72,23 @@ def kl_to_posterior(true_probs: ArrayLike, probs: ArrayLike | None = None, *,
 
     Parameters
     ----------
+    probs : Tensor, shape (..., N, K), optional
+        The model's probabilities; exactly one of ``probs`` and ``logits`` is required.
     true_probs : Tensor, shape (..., N, K)
-        The true posterior of every sample (rows summing to 1); broadcast against the model's.
-    probs, logits : Tensor, shape (..., N, K)
-        Exactly one of them: the model's probabilities or logits.
+        The true posterior of every sample (rows summing to 1; required); broadcast against the
+        model's.
+    logits : Tensor, shape (..., N, K), optional, keyword-only
+        The model's logits, instead of ``probs``.
 
     Returns
     -------
     Tensor, shape (...)
     """
+    if true_probs is None:
+        raise ValueError("true_probs is required: pass the known posterior (..., N, K) after the "
+                         "model's scores, e.g. kl_to_posterior(probs, true_probs)")
     t = check_probs(true_probs, "true_probs")
-    logp = log_probs(probs, logits)
+    logp = log_probs(*scores_of(probs, logits))
     if t.dim() < 2 or t.shape[-2:] != logp.shape[-2:]:
         raise ValueError(f"true_probs and the model's scores must both have shape (..., N, K) with "
                          f"the same N and K, got {tuple(t.shape)} and {tuple(logp.shape)}")
@@ -104,7 +108,7 @@ class Confident(NamedTuple):
     """how many samples"""
 
 
-def frac_confident(labels: ArrayLike, *, probs: ArrayLike | None = None,
+def frac_confident(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
                    logits: ArrayLike | None = None, threshold: float = 0.99) -> Confident:
     """Fraction of samples predicted with confidence ``> threshold`` and their accuracy.
 
@@ -113,9 +117,10 @@ def frac_confident(labels: ArrayLike, *, probs: ArrayLike | None = None,
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
-    probs, logits : Tensor, shape (N, K)
-        Exactly one of them (no batch dims).
+    probs : Tensor, shape (N, K), optional
+        Probabilities; exactly one of ``probs`` and ``logits`` (no batch dims).
+    labels : Tensor of int, shape (N,)
+    logits : Tensor, shape (N, K), optional, keyword-only
     threshold : float in [0, 1)
         Strict threshold on the top-class probability.
 
@@ -126,7 +131,7 @@ def frac_confident(labels: ArrayLike, *, probs: ArrayLike | None = None,
         ``count == 0``.
     """
     thr = float(check_unit_interval(torch.tensor(float(threshold)), "threshold", open_right=True))
-    conf, correct = top_label(labels, probs, logits)
+    conf, correct = top_label(probs, labels, logits)
     if conf.dim() != 1:
         raise ValueError(f"frac_confident takes scores of shape (N, K), got batch dims "
                          f"{tuple(conf.shape[:-1])}")

@@ -7,10 +7,10 @@ from torch import Tensor
 
 from .._validation import ArrayLike, check_choice
 from ..scores import aurc_weights, check_score, from_log_probs, ranking_key
-from ._inputs import as_log_probs, labels_for
+from ._inputs import as_log_probs, scored, scores_of
 
 
-def confidence_score(*, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
+def confidence_score(probs: ArrayLike | None = None, *, logits: ArrayLike | None = None,
                      score: str = "msp") -> Tensor:
     """Confidence-score function (CSF) of every sample (Zhou et al. 2025, Table 1).
 
@@ -19,8 +19,10 @@ def confidence_score(*, probs: ArrayLike | None = None, logits: ArrayLike | None
 
     Parameters
     ----------
-    probs, logits : Tensor, shape (..., N, K)
-        Exactly one of them.
+    probs : Tensor, shape (..., N, K), optional
+        Probabilities; exactly one of ``probs`` and ``logits`` is required.
+    logits : Tensor, shape (..., N, K), optional, keyword-only
+        Unnormalised scores, instead of ``probs``.
     score : {"msp", "neg_entropy", "margin"}
         ``"msp"``: max softmax probability ``max_k p_k``; ``"neg_entropy"``: the negative entropy
         rescaled to [0, 1], ``1 + sum_k p_k log p_k / log K``; ``"margin"``: ``p_(1) - p_(2)``, the
@@ -32,21 +34,21 @@ def confidence_score(*, probs: ArrayLike | None = None, logits: ArrayLike | None
         Scores in [0, 1]; larger means more confident.
     """
     check_score(score)
-    return from_log_probs(as_log_probs(probs, logits), score)
+    return from_log_probs(as_log_probs(*scores_of(probs, logits)), score)
 
 
-def _aurc_inputs(labels: ArrayLike, probs: ArrayLike | None, logits: ArrayLike | None, score: str
-                 ) -> tuple[Tensor, Tensor, torch.dtype]:
+def _aurc_inputs(probs: ArrayLike | None, labels: ArrayLike | None, logits: ArrayLike | None,
+                 score: str) -> tuple[Tensor, Tensor, torch.dtype]:
     check_score(score)
-    logp = as_log_probs(probs, logits)
-    lab = labels_for(labels, logp)
+    t, name, lab = scored(probs, labels, logits)
+    logp = as_log_probs(t, name)
     err = (logp.argmax(-1) != lab).to(torch.float64)
     key = ranking_key(logp.to(torch.float64), score)
     return key, err, logp.dtype
 
 
-def aurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-         score: str = "msp", ties: str = "average") -> Tensor:
+def aurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+         logits: ArrayLike | None = None, score: str = "msp", ties: str = "average") -> Tensor:
     """Area under the risk-coverage curve with the 0/1 loss (Geifman et al. 2019).
 
     Samples are ranked by the confidence score ``score`` (see :func:`focalcal.metrics.confidence_score`); with
@@ -68,12 +70,13 @@ def aurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike
     Tensor
         Shape ``(...)`` (shapes as in :func:`focalcal.metrics.batched.ece`), a fraction in [0, 1].
     """
-    key, err, dtype = _aurc_inputs(labels, probs, logits, score)
+    key, err, dtype = _aurc_inputs(probs, labels, logits, score)
     return (aurc_weights(key, ties=ties) * err).mean(-1).to(dtype)
 
 
-def eaurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
-          score: str = "msp", optimum: str = "asymptotic", ties: str = "average") -> Tensor:
+def eaurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
+          logits: ArrayLike | None = None, score: str = "msp", optimum: str = "asymptotic",
+          ties: str = "average") -> Tensor:
     """Excess AURC: :func:`aurc` minus the AURC of the optimal ranking (all errors ranked last).
 
     Other arguments as in :func:`aurc`.
@@ -88,7 +91,7 @@ def eaurc(labels: ArrayLike, *, probs: ArrayLike | None = None, logits: ArrayLik
 
     """
     check_choice(optimum, "optimum", ("asymptotic", "exact"))
-    key, err, dtype = _aurc_inputs(labels, probs, logits, score)
+    key, err, dtype = _aurc_inputs(probs, labels, logits, score)
     n = err.shape[-1]
     if optimum == "asymptotic":
         r = err.mean(-1)

@@ -116,7 +116,7 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     fig, axes = plt.subplots(2, n, figsize=(3.3 * n, 4.8), sharex=True, sharey="row", squeeze=False,
                              gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.08})
     for j, (method, lp) in enumerate(log_probs.items()):
-        plotting.plot_reliability(labels, logits=lp, n_bins=n_bins, binning=binning,
+        plotting.plot_reliability(logits=lp, labels=labels, n_bins=n_bins, binning=binning,
                                  method=FAMILIES.get(method, method), title=method,
                                  axes=(axes[0, j], axes[1, j]))
         axes[0, j].title.set_fontsize(9)

@@ -84,12 +84,12 @@ def metric_row(labels: Any, log_probs: Any, *, n_bins: int = 15) -> dict[str, fl
         raise ValueError(f"log_probs must have shape (N, K), got {tuple(z.shape)}")
     y = check_labels(labels, z.shape[1], z.shape[0])
     return {
-        "accuracy": float(metrics.accuracy(y, logits=z)),
-        "nll": float(metrics.nll(y, logits=z)),
-        "ece_mass": float(metrics.ece(y, logits=z, n_bins=n_bins, binning="mass")),
-        "ece_width": float(metrics.ece(y, logits=z, n_bins=n_bins, binning="width")),
-        "classwise_ece": float(metrics.classwise_ece(y, logits=z, n_bins=n_bins)),
-        "brier": float(metrics.brier(y, logits=z)),
+        "accuracy": float(metrics.accuracy(logits=z, labels=y)),
+        "nll": float(metrics.nll(logits=z, labels=y)),
+        "ece_mass": float(metrics.ece(logits=z, labels=y, n_bins=n_bins, binning="mass")),
+        "ece_width": float(metrics.ece(logits=z, labels=y, n_bins=n_bins, binning="width")),
+        "classwise_ece": float(metrics.classwise_ece(logits=z, labels=y, n_bins=n_bins)),
+        "brier": float(metrics.brier(logits=z, labels=y)),
     }
 
 

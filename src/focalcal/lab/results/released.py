@@ -164,14 +164,14 @@ def mukhoti_row(split: FitEval, *, n_bins: int = 15) -> dict[str, float]:
     y = split.eval_labels
     row: dict[str, float] = {"temperature": t,
                              "temperature_code": code_temperature(split.fit_labels, split.fit_logits, n_bins=n_bins),
-                             "error": 1.0 - metrics.accuracy(y, logits=split.eval_logits)}
+                             "error": 1.0 - metrics.accuracy(logits=split.eval_logits, labels=y)}
     for when, z in (("pre", split.eval_logits), ("post", split.eval_logits / t)):
-        conf = metrics.frac_confident(y, logits=z, threshold=0.99)
-        row.update({f"ece_{when}": metrics.ece(y, logits=z, n_bins=n_bins),
-                    f"adaece_{when}": metrics.ece(y, logits=z, n_bins=n_bins, binning="mass"),
+        conf = metrics.frac_confident(logits=z, labels=y, threshold=0.99)
+        row.update({f"ece_{when}": metrics.ece(logits=z, labels=y, n_bins=n_bins),
+                    f"adaece_{when}": metrics.ece(logits=z, labels=y, n_bins=n_bins, binning="mass"),
                     f"adaece_code_{when}": code_ece(y, z, adaptive=True, n_bins=n_bins),
-                    f"nll_{when}": metrics.nll(y, logits=z),
-                    f"mce_{when}": metrics.mce(y, logits=z, n_bins=n_bins),
+                    f"nll_{when}": metrics.nll(logits=z, labels=y),
+                    f"mce_{when}": metrics.mce(logits=z, labels=y, n_bins=n_bins),
                     f"s99_{when}": conf.fraction, f"s99_acc_{when}": conf.accuracy})
     return row
 
@@ -271,14 +271,14 @@ def zhou_row(eval_logits: Any, eval_labels: Any, fit_logits: Any, fit_labels: An
     ts = TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES, n_bins=n_bins).fit(fit_logits, fit_labels)
     z = torch.as_tensor(eval_logits).to(torch.float64)
     y = eval_labels
-    row: dict[str, float] = {"temperature": ts.temperature_, "accuracy": metrics.accuracy(y, logits=z)}
+    row: dict[str, float] = {"temperature": ts.temperature_, "accuracy": metrics.accuracy(logits=z, labels=y)}
     for when, zz in (("raw", z), ("ts", z / ts.temperature_)):
-        row[f"ece_{when}"] = metrics.ece(y, logits=zz, n_bins=n_bins)
-        row[f"adaece_{when}"] = metrics.ece(y, logits=zz, n_bins=n_bins, binning="mass")
-        row[f"cwece_{when}"] = metrics.classwise_ece(y, logits=zz, n_bins=n_bins)
+        row[f"ece_{when}"] = metrics.ece(logits=zz, labels=y, n_bins=n_bins)
+        row[f"adaece_{when}"] = metrics.ece(logits=zz, labels=y, n_bins=n_bins, binning="mass")
+        row[f"cwece_{when}"] = metrics.classwise_ece(logits=zz, labels=y, n_bins=n_bins)
     for s in SCORES:
-        row[f"aurc_{s}"] = metrics.aurc(y, logits=z, score=s)
-        row[f"eaurc_{s}"] = metrics.eaurc(y, logits=z, score=s)
+        row[f"aurc_{s}"] = metrics.aurc(logits=z, labels=y, score=s)
+        row[f"eaurc_{s}"] = metrics.eaurc(logits=z, labels=y, score=s)
     return row
 
 

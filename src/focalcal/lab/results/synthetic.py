@@ -104,7 +104,7 @@ def posterior_kl(out: str | os.PathLike, results=None):
         run = load_run(Path(out) / "runs" / r["run"])
         truth = synthetic_test_set(run)
         for row in run.calibration or []:
-            kl = metrics.kl_to_posterior(truth.posterior, logits=apply_calibration(row, run.test_logits))
+            kl = metrics.kl_to_posterior(logits=apply_calibration(row, run.test_logits), true_probs=truth.posterior)
             rows.append({"run": r["run"], "dataset": r["dataset"], "loss": r["loss"],
                          "loss_label": r["loss_label"], "seed": int(r["seed"]),
                          **{c: r[c] for c in param_cols},
