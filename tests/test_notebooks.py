@@ -8,6 +8,7 @@ JupyterLab), and that bad parameters stop them with a message listing the valid 
 from __future__ import annotations
 
 import json
+import os
 
 import jupytext
 import nbformat
@@ -61,31 +62,85 @@ def test_templates_take_every_parameter_the_sweep_passes(tmp_path):
             assert set(spec.posthoc_parameters(tmp_path)) <= declared["posthoc_calibration"], (profile, spec)
 
 
+def test_check_templates_reads_the_declared_parameters():
+    declared = sweep.check_templates(sweep.get_profile("cpu").expand())
+    assert declared["train_classifier"][:3] == ["dataset", "model", "loss"]
+    assert {"out_dir", "resume", "epochs"} <= set(declared["train_classifier"])
+    assert declared["posthoc_calibration"] == ["run_dir", "fts_temperatures", "n_bins"]
+
+
+def test_check_parameters_finds_what_papermill_injected():
+    params = 'dataset = "gaussian_mixture"  # a comment\nepochs = 3\nlr = None'
+    sweep.check_parameters(["", params])  # nothing injected: the defaults
+    sweep.check_parameters(["", params, "# Parameters\nepochs = 1\nlr = 0.1\n", "x = 1"])
+    with pytest.raises(ValueError, match=r"unknown parameter 'epoch' \(did you mean 'epochs'\?\); "
+                                         r"the parameters are dataset, epochs, lr$"):
+        sweep.check_parameters(["", params, "# Parameters\nepoch = 1\n"])
+    with pytest.raises(ValueError, match="unknown parameter 'colour'; the parameters"):
+        sweep.check_parameters(["", params, "# Parameters\nepochs = 2\ncolour = 'red'\n"])
+    sweep.check_parameters([])  # outside a kernel there is no history
+
+
+def test_reported_errors_put_the_cause_first(capsys):
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1") as err:
+        with sweep.reported_errors():
+            sweep.train_settings("cpu_adam", epochs=-1)
+    rendered = err.value._render_traceback_()
+    assert rendered[0] == "ValueError: epochs must be an integer >= 1, got -1"
+    assert rendered[1].startswith("(raised by check_int in ") and len(rendered) == 2
+    assert capsys.readouterr().err == "error: ValueError: epochs must be an integer >= 1, got -1\n"
+    with pytest.raises(KeyError):  # other errors keep their traceback
+        with sweep.reported_errors():
+            raise KeyError("x")
+
+
+def test_run_folders_of_the_templates(tmp_path, monkeypatch):
+    params = {"dataset": "gaussian_mixture", "model": "mlp", "loss": "focal", "loss_params": "{}",
+              "seed": 0, "epochs": 3, "train_subset": 2000, "lr": None}
+    focal = sweep.default_run_dir(params, tmp_path)
+    assert focal.parent == tmp_path / "runs" and focal.name.startswith("gaussian_mixture-mlp-focal-s0-")
+    assert focal == sweep.default_run_dir({**params, "device": "cpu", "out_dir": "x"}, tmp_path)
+    others = {sweep.default_run_dir({**params, **change}, tmp_path) for change in (
+        {"loss": "ce"}, {"loss_params": '{"gamma": 1.0}'}, {"seed": 1}, {"epochs": 1},
+        {"train_subset": 0}, {"lr": 0.1})}
+    assert len(others) == 6 and focal not in others
+    monkeypatch.chdir(tmp_path)
+    assert sweep.default_run_dir(params) == focal
+    with pytest.raises(FileNotFoundError, match="no finished train_classifier run in"):
+        sweep.latest_run()
+    for i, d in enumerate((focal, *sorted(others)[:2])):
+        d.mkdir(parents=True)
+        (d / "logits.pt").write_bytes(b"")
+        os.utime(d / "logits.pt", (1e9 + i, 1e9 + i))  # trained one after the other
+    assert sweep.latest_run() == sorted(others)[1] and sweep.latest_run(tmp_path) == sorted(others)[1]
+    assert sweep.loss_parameters('{"gamma": 2}') == {"gamma": 2}
+    for bad in ("gamma=2", "[1]", None):
+        with pytest.raises(ValueError, match="loss_params must be a JSON object"):
+            sweep.loss_parameters(bad)
+
+
 @pytest.mark.notebooks
 def test_templates_execute_with_defaults(tmp_path):
-    """Both templates run top to bottom with their defaults: train, then calibrate that run."""
-    cwd = tmp_path / "notebooks"  # the defaults write to ../_build/notebooks/, as from notebooks/
-    cwd.mkdir()
+    """Both templates run top to bottom with their defaults: train into runs/<run id>/ of the
+    working directory, then calibrate the run trained last there."""
     for name in sweep.TEMPLATES:
         pm.execute_notebook(as_ipynb(name, tmp_path), str(tmp_path / f"{name}.out.ipynb"),
-                            kernel_name="python3", progress_bar=False, cwd=str(cwd))
-    run_dir = tmp_path / "_build" / "notebooks" / "train_classifier"
+                            kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+    (run_dir,) = (tmp_path / "runs").iterdir()
     blob = torch_load(run_dir / "logits.pt")
     assert blob["val_logits"].shape == (1000, 10) and blob["test_labels"].shape == (1000,)
     config = json.loads((run_dir / "config.json").read_text())["config"]
-    assert config["loss"] == "focal" and json.loads(config["loss_params"]) == {"gamma": 3.0}
+    assert config["loss"] == "focal" and json.loads(config["loss_params"]) == {}
+    assert run_dir == sweep.default_run_dir(config, tmp_path)
     rows = json.loads((run_dir / "calibration.json").read_text())
     assert [r["method"] for r in rows] == list(results.METHODS)
     psi = rows[results.METHODS.index("Psi")]
-    assert psi["gamma_ev"] == 3.0  # the focal training gamma reaches Psi
-    # the results are glued for a book page
-    out = nbformat.read(tmp_path / "posthoc_calibration.out.ipynb", as_version=4)
-    glued = {o["metadata"]["scrapbook"]["name"] for c in out.cells if c.cell_type == "code"
-             for o in c.get("outputs", []) if "scrapbook" in o.get("metadata", {})}
-    assert "focal TS (ECE):ece_mass" in glued and "TS (NLL):temperature" in glued
+    assert psi["gamma_ev"] == 3.0  # the focal loss's default gamma reaches Psi
+    # the trainer's line per epoch is in the notebook's output
     out = nbformat.read(tmp_path / "train_classifier.out.ipynb", as_version=4)
-    assert any("test_nll" == o["metadata"]["scrapbook"]["name"] for c in out.cells
-               if c.cell_type == "code" for o in c.get("outputs", []) if "scrapbook" in o.get("metadata", {}))
+    text = "".join(o.get("text", "") for c in out.cells if c.cell_type == "code" for o in c.outputs)
+    assert [line.split("  ")[0] for line in text.splitlines() if line.startswith("epoch ")] == \
+        ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
 
 
 @pytest.mark.notebooks
@@ -97,23 +152,29 @@ def test_templates_execute_with_defaults(tmp_path):
     ({"schedule": "paper"}, "schedule must be one of 'paper_cifar'"),
     ({"epochs": 0}, "epochs must be an integer >= 1"),
     ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda'"),
+    ({"loss_params": "gamma=2"}, "loss_params must be a JSON object"),
+    ({"epoch": 2}, "unknown parameter 'epoch' (did you mean 'epochs'?)"),
 ])
 def test_train_template_rejects_bad_parameters(tmp_path, parameters, message):
     with pytest.raises(pm.PapermillExecutionError) as err:
         pm.execute_notebook(as_ipynb("train_classifier", tmp_path), str(tmp_path / "out.ipynb"),
                             parameters={"out_dir": str(tmp_path / "run"), **parameters},
                             kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
-    assert "ValueError" in str(err.value) and message in str(err.value)
+    # the cause is the first line of what papermill shows, not the end of a long traceback
+    assert err.value.ename == "ValueError" and message in err.value.evalue
+    assert err.value.traceback[0] == f"ValueError: {err.value.evalue}" and len(err.value.traceback) == 2
     assert not (tmp_path / "run").exists()  # stopped before training wrote anything
 
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("parameters, error, message", [
     ({"run_dir": "nowhere"}, "FileNotFoundError", "finished train_classifier run"),
+    ({}, "FileNotFoundError", "no finished train_classifier run in"),  # nothing trained here yet
+    ({"run_dri": "nowhere"}, "ValueError", "unknown parameter 'run_dri' (did you mean 'run_dir'?)"),
 ])
 def test_posthoc_template_rejects_bad_parameters(tmp_path, parameters, error, message):
     with pytest.raises(pm.PapermillExecutionError) as err:
         pm.execute_notebook(as_ipynb("posthoc_calibration", tmp_path), str(tmp_path / "out.ipynb"),
                             parameters=parameters, kernel_name="python3", progress_bar=False,
                             cwd=str(tmp_path))
-    assert error in str(err.value) and message in str(err.value)
+    assert err.value.ename == error and message in err.value.traceback[0]

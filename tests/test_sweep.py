@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -97,11 +98,53 @@ def test_bad_arguments(tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
-def test_list_shows_todo(tmp_path, capsys):
-    assert sweep.main(["--profile", "smoke", "--out", str(tmp_path), "--list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(sweep.get_profile("smoke").expand())
-    assert all(line.startswith("todo  ") for line in lines)
+def test_list_shows_each_run_and_its_status(tmp_path, capsys, monkeypatch):
+    runs = sweep.get_profile("smoke").expand()
+    done = tmp_path / "runs" / "smoke" / "runs" / runs[1].run_id
+    done.mkdir(parents=True)
+    (done / sweep.RESULT).write_text("{}")
+    monkeypatch.chdir(tmp_path)  # --out defaults to runs/<profile> here
+    assert sweep.main(["--profile", "smoke", "--list"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split() == ["status", "dataset", "network", "loss", "seed", "epochs", "run"]
+    assert len(lines) == len(runs)
+    for line, r in zip(lines, runs):
+        status = "done" if r == runs[1] else "pending"
+        assert line.split()[:3] == [status, r.dataset, r.model] and line.endswith("  " + r.run_id)
+        assert f"  {r.loss.display}  " in line and line.split()[-2] == str(dict(r.train)["epochs"])
+    assert sweep.main(["--profile", "smoke", "--list", "--only", "gaussian_mixture-*-Brier-*"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()[1:]
+    assert "Brier" in line and line.startswith("pending  gaussian_mixture")
+
+
+def test_only_selects_runs_by_id():
+    runs = sweep.get_profile("cpu").expand()
+    assert sweep.select_runs("cpu") == runs
+    seed0 = sweep.select_runs("cpu", "*-s0-*")
+    assert seed0 == [r for r in runs if r.seed == 0] and 0 < len(seed0) < len(runs)
+    (one,) = sweep.select_runs("cpu", runs[3].run_id)
+    assert one == runs[3]
+    with pytest.raises(ValueError, match=r"only='mnist-\*' matches none of the \d+ run ids of profile 'cpu'"):
+        sweep.select_runs("cpu", "mnist-*")
+
+
+def test_missing_template_is_reported_once_before_any_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FOCALCAL_NOTEBOOKS", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="papermill template .*train_classifier.md is missing"):
+        sweep.run_sweep("smoke", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()  # no run started
+    assert sweep.main(["--profile", "smoke", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("is missing") == 1 and err.startswith("error: papermill template")
+    # a template without the parameters a profile passes
+    (tmp_path / "nowhere").mkdir()
+    for name in sweep.TEMPLATES:
+        text = (ROOT / "notebooks" / f"{name}.md").read_text()
+        (tmp_path / "nowhere" / f"{name}.md").write_text(text.replace("\nn_bins = 15", "\nbins = 15"))
+    monkeypatch.setitem(sweep.PROFILES, "binned", sweep.Profile("test", [sweep.Block(
+        ["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0], posthoc={"n_bins": 10})]))
+    with pytest.raises(ValueError, match="passes n_bins, which template posthoc_calibration does not declare"):
+        sweep.run_sweep("binned", tmp_path / "out", progress=False)
 
 
 # ----------------------------------------------------------------------------- smoke sweep ---
@@ -154,6 +197,9 @@ def test_smoke_sweep_end_to_end(smoke_runs):
             assert (d / f"{name}.ipynb").stat().st_size > 0, (r.run_id, name)
         rec = json.loads((d / sweep.RESULT).read_text())
         assert rec["spec"] == r.to_dict()
+        # the cells' output reaches the run's log: the trainer's line for its one epoch
+        assert re.search(r"^epoch 1/1  train loss .*  val NLL .*  val ECE .* s$",
+                         (d / "run.log").read_text(), re.M), r.run_id
         assert rec["rows"] == json.loads((d / "calibration.json").read_text())
         for pattern in LEFTOVERS:
             assert not list(d.glob(pattern)), (r.run_id, pattern)
@@ -282,7 +328,12 @@ def test_failed_run_is_reported_and_the_others_finish(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="1 of 2 runs failed") as err:
         sweep.run_sweep("mixed", tmp_path, jobs=2, progress=False)
     (bad_spec,) = bad.expand()
-    assert bad_spec.run_id in str(err.value) and "valid parameters: gamma" in str(err.value)
+    # one line per failed run: its id and the cause, as the template's cell raised it
+    cause = next(line for line in str(err.value).splitlines() if line.startswith("- "))
+    assert cause.startswith(f"- {bad_spec.run_id}: train_classifier stopped: ValueError: ")
+    assert "valid parameters: gamma" in cause
+    assert cause.removeprefix(f"- {bad_spec.run_id}: ") in (
+        tmp_path / "runs" / bad_spec.run_id / "run.log").read_text().splitlines()[-1]
     assert not (tmp_path / "runs" / bad_spec.run_id / sweep.RESULT).exists()
     table = pd.read_csv(tmp_path / "results.csv")  # the finished run is collected all the same
     assert set(table["run"]) == {good.expand()[0].run_id}

@@ -35,8 +35,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -313,25 +314,165 @@ def subset_sizes(train_subset: int = 0, eval_subset: int = 0) -> dict[str, int] 
     return sizes or None
 
 
+def loss_parameters(loss_params: str) -> dict[str, Any]:
+    """The template's ``loss_params`` (a JSON object, as papermill passes it) as a dict."""
+    try:
+        params = json.loads(loss_params)
+    except (TypeError, ValueError):
+        params = None
+    if not isinstance(params, dict):
+        raise ValueError("loss_params must be a JSON object of the loss's keyword arguments, such as "
+                         f"'{{\"gamma\": 3.0}}' or '{{}}'; got {loss_params!r}")
+    return params
+
+
+# the train_classifier parameters that make a run's id (besides dataset, model, loss and seed):
+# what changes the trained model; device, out_dir, resume and keep_checkpoint do not
+_RUN_KEYS = ("epochs", "train_subset", "eval_subset", "batch_size", "schedule", "optimizer", "lr",
+             "clip_grad_norm", "logits_epochs")
+
+
+def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
+    """Where ``train_classifier`` puts a run when no ``out_dir`` is given: ``<root>/runs/<run id>``.
+
+    ``parameters`` are the template's (``dataset``, ``model``, ``loss``, ``loss_params`` as JSON,
+    ``seed`` and the training settings); the id is :attr:`RunSpec.run_id` of that run, so runs
+    with other parameters land in other folders. ``root`` defaults to the working directory.
+    """
+    spec = RunSpec(parameters["dataset"], parameters["model"],
+                   loss(parameters["loss"], **loss_parameters(parameters["loss_params"])),
+                   int(parameters["seed"]),
+                   tuple(sorted((k, parameters[k]) for k in _RUN_KEYS if parameters.get(k) is not None)))
+    return Path.cwd() / "runs" / spec.run_id if root is None else Path(root) / "runs" / spec.run_id
+
+
+def latest_run(root: str | os.PathLike | None = None) -> Path:
+    """The run folder under ``<root>/runs/`` (default: the working directory) trained last;
+    ``FileNotFoundError`` if there is none (no folder with a ``logits.pt``)."""
+    base = (Path.cwd() if root is None else Path(root)) / "runs"
+    done = sorted(base.glob("*/logits.pt"), key=lambda p: p.stat().st_mtime_ns)
+    if not done:
+        raise FileNotFoundError(f"no finished train_classifier run in {base}: run train_classifier "
+                                f"first, or pass run_dir")
+    return done[-1].parent
+
+
+# papermill puts the parameters it was given into a cell of its own right after the parameters
+# cell, and that cell's source starts with this comment (papermill.parameterize)
+_INJECTED = "# Parameters\n"
+
+
+def _assigned(source: str) -> list[str]:
+    import ast
+
+    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)]
+
+
+def check_parameters(history: Sequence[str] | None = None) -> None:
+    """Raise ``ValueError`` naming a parameter papermill passed that the template does not declare.
+
+    papermill only warns ("Passed unknown parameter") and runs on with the defaults. The check
+    reads the kernel's input history (IPython's ``In``): the cell papermill injected and the one
+    executed just before it, the ``parameters`` cell; without an injected cell there is none.
+    """
+    import difflib
+
+    if history is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        history = shell.user_ns.get("In", []) if shell is not None else []
+    for i in range(len(history) - 1, 0, -1):
+        if history[i].startswith(_INJECTED):
+            declared = _assigned(history[i - 1])
+            unknown = [name for name in _assigned(history[i]) if name not in declared]
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], declared, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown parameter {unknown[0]!r}{hint}; the parameters are "
+                                 f"{', '.join(declared)}")
+            return
+
+
+@contextmanager
+def reported_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """Around a template's checks: an error stops the notebook with its cause as the first line.
+
+    The cause (``error: ValueError: epochs must be ...``) goes to stderr, where papermill's
+    ``--log-output`` and a sweep run's ``run.log`` show it before anything else, and it replaces
+    the kernel's traceback (IPython's ``_render_traceback_``) by itself and the place it was
+    raised: a bad parameter is not a bug, and papermill prints that traceback after its own.
+    ``kinds`` defaults to ``ValueError`` and ``FileNotFoundError``.
+    """
+    import traceback
+
+    try:
+        yield
+    except (kinds or (ValueError, FileNotFoundError)) as err:
+        cause = f"{type(err).__name__}: {err}"
+        print(f"error: {cause}", file=sys.stderr, flush=True)
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        where = f"(raised by {frame.name} in {frame.filename}, line {frame.lineno})"
+        err._render_traceback_ = lambda: [cause, where]  # type: ignore[attr-defined]
+        raise
+
+
 # --------------------------------------------------------------------------------------------
 # executing one run
 # --------------------------------------------------------------------------------------------
 
-def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any]) -> None:
+class RunError(RuntimeError):
+    """A template of a run stopped; the message is the template's name and the cell's error."""
+
+
+def _read_template(name: str) -> Any:
     import jupytext
-    import nbformat
-    import papermill as pm
 
     src = templates_dir() / f"{name}.md"
     if not src.is_file():
-        raise FileNotFoundError(f"papermill template {src} is missing")
-    nb = jupytext.read(src)
+        raise FileNotFoundError(f"papermill template {src} is missing (templates_dir() is "
+                                f"{templates_dir()}; $FOCALCAL_NOTEBOOKS overrides it)")
+    return jupytext.read(src)
+
+
+def check_templates(runs: Iterable[RunSpec] = ()) -> dict[str, list[str]]:
+    """The parameters each template declares; raises ``FileNotFoundError`` (a template is
+    missing) or ``ValueError`` (not one ``parameters`` cell, or a parameter ``runs`` pass that
+    a template does not declare), once, before any run starts."""
+    declared = {}
+    for name in TEMPLATES:
+        cells = [c for c in _read_template(name).cells
+                 if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+        if len(cells) != 1:
+            raise ValueError(f"papermill template {name} must have one cell tagged 'parameters'; "
+                             f"it has {len(cells)}")
+        declared[name] = _assigned(cells[0].source)
+    for spec in runs:
+        for name, given in (("train_classifier", spec.train_parameters(Path())),
+                            ("posthoc_calibration", spec.posthoc_parameters(Path()))):
+            unknown = sorted(set(given) - set(declared[name]))
+            if unknown:
+                raise ValueError(f"run {spec.run_id} passes {', '.join(unknown)}, which template "
+                                 f"{name} does not declare; its parameters are {', '.join(declared[name])}")
+    return declared
+
+
+def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any]) -> None:
+    import nbformat
+    import papermill as pm
+
+    nb = _read_template(name)
     staged = run_dir / f".{name}.input.ipynb"
     atomic_write_text(staged, nbformat.writes(nb))
     partial = run_dir / f".{name}.partial.ipynb"
     try:
+        # the cells' output goes on to this process's stdout and stderr (a run's run.log)
         pm.execute_notebook(str(staged), str(partial), parameters=parameters, kernel_name="python3",
-                            progress_bar=False, cwd=str(run_dir))
+                            progress_bar=False, cwd=str(run_dir), stdout_file=sys.stdout,
+                            stderr_file=sys.stderr)
+    except pm.PapermillExecutionError as err:
+        raise RunError(f"{name} stopped: {err.ename}: {err.evalue}") from err
     finally:
         staged.unlink(missing_ok=True)
     os.replace(partial, run_dir / f"{name}.ipynb")
@@ -404,6 +545,8 @@ def _process_context():
 
 def _run_child(spec: dict[str, Any], out: str, threads: int) -> None:
     """Body of a run's process: execute the run, its output going to ``<run>/run.log``."""
+    import traceback
+
     # the kernels that papermill starts inherit this environment: the per-run thread budget
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), MPLBACKEND="Agg")
     run_dir = Path(out).resolve() / "runs" / RunSpec.from_dict(spec).run_id
@@ -414,8 +557,24 @@ def _run_child(spec: dict[str, Any], out: str, threads: int) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    # an exception propagates: multiprocessing prints its traceback (into run.log) and exits 1
-    execute_run(spec, out)
+    try:
+        execute_run(spec, out)
+    except Exception as err:  # noqa: BLE001 - reported in run.log, ended by the exit status
+        traceback.print_exc()
+        # the last line of the log: what the parent reports
+        print(f"{_CAUSE}{err if isinstance(err, RunError) else f'{type(err).__name__}: {err}'}",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+_CAUSE = "error: "
+
+
+def _cause(log: str) -> str:
+    """The last ``error: ...`` line of a run's log (the run's one-line cause), else its last line."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    causes = [line[len(_CAUSE):] for line in lines if line.startswith(_CAUSE)]
+    return causes[-1] if causes else (lines[-1] if lines else "no output")
 
 
 def _run_process(spec: RunSpec, out: Path, threads: int) -> tuple[RunSpec, int, str]:
@@ -428,31 +587,61 @@ def _run_process(spec: RunSpec, out: Path, threads: int) -> tuple[RunSpec, int, 
     proc.start()
     proc.join()
     log_path = out.resolve() / "runs" / spec.run_id / "run.log"
-    log = log_path.read_text(errors="replace")[-3000:] if log_path.is_file() else ""
-    return spec, proc.exitcode, log
+    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    return spec, proc.exitcode, _cause(log) if proc.exitcode else ""
+
+
+class _Progress:
+    """A tqdm bar on a terminal, else one line per finished run; both estimate the time left
+    from the mean time per finished run (runs differ in cost: the last few alone mislead)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+        self.lines = enabled and not sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc="runs", unit="run", smoothing=0,
+                        disable=not enabled or self.lines)
+
+    def write(self, message: str) -> None:
+        self.bar.write(message)
+
+    def finished(self, spec: RunSpec) -> None:
+        self.done += 1
+        self.bar.update(1)
+        if self.lines:
+            from tqdm import tqdm
+
+            elapsed = time.monotonic() - self.t0
+            left = elapsed / self.done * (self.total - self.done)
+            print(f"{self.done}/{self.total} runs finished (last: {spec.run_id}), "
+                  f"{tqdm.format_interval(elapsed)} elapsed, about {tqdm.format_interval(left)} left",
+                  flush=True)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
 
 
 def _run_local(todo: list[RunSpec], out: Path, jobs: int, progress: bool) -> list[tuple[RunSpec, str]]:
-    from tqdm.auto import tqdm
-
     threads = max(1, (os.cpu_count() or 1) // jobs)
     failures = []
-    with ThreadPoolExecutor(max_workers=jobs) as pool, \
-            tqdm(total=len(todo), desc="runs", unit="run", disable=not progress) as bar:
+    with ThreadPoolExecutor(max_workers=jobs) as pool, _Progress(len(todo), progress) as bar:
         futures = [pool.submit(_run_process, r, out, threads) for r in todo]
         for fut in as_completed(futures):
-            spec, rc, log = fut.result()
+            spec, rc, cause = fut.result()
             if rc != 0:
-                failures.append((spec, log))
-                bar.write(f"FAILED {spec.run_id} (exit {rc}); its notebooks are in {out / 'runs' / spec.run_id}")
-            bar.update(1)
+                failures.append((spec, cause))
+                bar.write(f"FAILED {spec.run_id}: {cause} (log: {out / 'runs' / spec.run_id / 'run.log'})")
+            bar.finished(spec)
     return failures
 
 
 def _run_submitit(todo: list[RunSpec], out: Path, progress: bool, cluster: str | None,
                   slurm: dict[str, Any]) -> list[tuple[RunSpec, str]]:
     import submitit
-    from tqdm.auto import tqdm
 
     executor = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
     params = {"timeout_min": 24 * 60, "slurm_gpus_per_node": 1, "cpus_per_task": 8, **slurm}
@@ -462,13 +651,14 @@ def _run_submitit(todo: list[RunSpec], out: Path, progress: bool, cluster: str |
     with executor.batch():
         jobs = [executor.submit(execute_run, r.to_dict(), str(out)) for r in todo]
     failures = []
-    with tqdm(total=len(jobs), desc="runs", unit="run", disable=not progress) as bar:
+    with _Progress(len(jobs), progress) as bar:
         for spec, job in zip(todo, jobs):
             try:
                 job.result()
             except Exception as err:  # noqa: BLE001 - a failed job is reported, the others go on
-                failures.append((spec, str(err)[-3000:]))
-            bar.update(1)
+                # submitit's message ends with the job's traceback, whose last line is the cause
+                failures.append((spec, _cause(str(err))))
+            bar.finished(spec)
     return failures
 
 
@@ -503,31 +693,51 @@ def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
     return table
 
 
-def run_sweep(profile: str, out: str | os.PathLike, *, executor: str = "local", jobs: int = 1,
-              progress: bool = True, submitit_cluster: str | None = None,
-              slurm: dict[str, Any] | None = None):
+def select_runs(profile: str, only: str | None = None) -> list[RunSpec]:
+    """The runs of ``profile``, or those whose run id matches the ``fnmatch`` pattern ``only``."""
+    import fnmatch
+
+    runs = get_profile(profile).expand()
+    if only is None:
+        return runs
+    chosen = [r for r in runs if fnmatch.fnmatchcase(r.run_id, only)]
+    if not chosen:
+        raise ValueError(f"only={only!r} matches none of the {len(runs)} run ids of profile "
+                         f"{profile!r} (see --list); e.g. 'gaussian_mixture-*' or '*-s0-*'")
+    return chosen
+
+
+def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: str = "local",
+              jobs: int = 1, progress: bool = True, only: str | None = None,
+              submitit_cluster: str | None = None, slurm: dict[str, Any] | None = None):
     """Execute every pending run of ``profile`` and return the collected results table.
 
+    ``out`` defaults to ``runs/<profile>`` under the working directory; ``only`` (an
+    ``fnmatch`` pattern on the run id) restricts the sweep to the runs it matches.
     ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
     the fork server of ``multiprocessing``, its output in ``<run>/run.log``), with
     ``cpu_count // jobs`` threads per run; ``"slurm"`` submits one job per run through submitit
     (``submitit_cluster="local"`` runs them as local processes, for tests). A script that calls
     this function must do so under ``if __name__ == "__main__":``, as multiprocessing requires
-    (each run's process imports the main module again).
+    (each run's process imports the main module again). The templates are checked
+    (:func:`check_templates`) before any run starts.
 
-    Raises ``RuntimeError`` listing the failed runs (after the others finished and the table of
-    the finished ones was written).
+    Raises ``RuntimeError`` listing the failed runs with their causes (after the others finished
+    and the table of the finished ones was written).
     """
     if executor not in ("local", "slurm"):
         raise ValueError(f"executor must be 'local' or 'slurm'; got {executor!r}")
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer; got {jobs!r}")
-    out = Path(out)
-    runs = get_profile(profile).expand()
+    runs = select_runs(profile, only)
+    out = Path("runs", profile) if out is None else Path(out)
     todo = pending(runs, out)
+    if todo:
+        check_templates(todo)
     out.mkdir(parents=True, exist_ok=True)
     if progress:
-        print(f"profile {profile!r}: {len(runs)} runs, {len(runs) - len(todo)} already done, "
+        subset = f" matching {only!r}" if only is not None else ""
+        print(f"profile {profile!r}: {len(runs)} runs{subset}, {len(runs) - len(todo)} already done, "
               f"{len(todo)} to run ({executor}, {jobs} at a time) -> {out}", flush=True)
     if todo and executor == "local":
         failures = _run_local(todo, out, jobs, progress)
@@ -537,35 +747,50 @@ def run_sweep(profile: str, out: str | os.PathLike, *, executor: str = "local", 
         failures = []
     table = collect(out, runs)
     if failures:
-        msg = "\n".join(f"- {s.run_id}:\n{log}" for s, log in failures)
-        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed:\n{msg}")
+        msg = "\n".join(f"- {s.run_id}: {cause}" for s, cause in failures)
+        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: "
+                           f"{out / 'runs'}/<run>/run.log):\n{msg}")
     return table
+
+
+def _list_runs(runs: list[RunSpec], out: Path) -> None:
+    rows = [("status", "dataset", "network", "loss", "seed", "epochs", "run")]
+    for r in runs:
+        done = "done" if (out / "runs" / r.run_id / RESULT).is_file() else "pending"
+        rows.append((done, r.dataset, r.model, r.loss.display, str(r.seed),
+                     str(dict(r.train).get("epochs", "")), r.run_id))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[-1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m focalcal.lab.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", choices=sorted(PROFILES), help="which table of runs to execute")
-    p.add_argument("--out", required=True, help="results folder (resumed if it exists)")
+    p.add_argument("--out", default=None,
+                   help="results folder, resumed if it exists (default: runs/<profile>)")
     p.add_argument("--executor", choices=("local", "slurm"), default="local")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (local executor)")
-    p.add_argument("--list", action="store_true", help="print the profile's runs and exit")
+    p.add_argument("--only", metavar="PATTERN", default=None,
+                   help="only the runs whose id matches this fnmatch pattern, e.g. 'fashion_mnist-*-s0-*'")
+    p.add_argument("--list", action="store_true",
+                   help="print the runs (dataset, network, loss, seed, epochs, done or pending) and exit")
     p.add_argument("--slurm-partition", default=None)
     args = p.parse_args(argv)
     if not args.profile:
         p.error("--profile is required")
-    if args.list:
-        out = Path(args.out)
-        for r in get_profile(args.profile).expand():
-            done = "done" if (out / "runs" / r.run_id / RESULT).is_file() else "todo"
-            print(f"{done}  {r.run_id}")
-        return 0
-    slurm = {"slurm_partition": args.slurm_partition} if args.slurm_partition else {}
+    out = Path(args.out) if args.out is not None else Path("runs", args.profile)
     try:
-        table = run_sweep(args.profile, args.out, executor=args.executor, jobs=args.jobs, slurm=slurm)
-    except RuntimeError as err:
-        print(err, file=sys.stderr)
+        if args.list:
+            _list_runs(select_runs(args.profile, args.only), out)
+            return 0
+        slurm = {"slurm_partition": args.slurm_partition} if args.slurm_partition else {}
+        table = run_sweep(args.profile, out, executor=args.executor, jobs=args.jobs, only=args.only,
+                          slurm=slurm)
+    except (RuntimeError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"{len(table)} result rows -> {Path(args.out) / 'results.csv'}")
+    print(f"{len(table)} result rows -> {out / 'results.csv'}")
     return 0
 
 

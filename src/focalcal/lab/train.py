@@ -53,6 +53,7 @@ import math
 import os
 import platform
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
@@ -393,7 +394,8 @@ class Trainer:
     keep_checkpoint : bool
         Keep ``checkpoint.pt`` after the run (lets a later run extend ``epochs``).
     progress : bool
-        Show a tqdm bar per epoch with the running loss and accuracy, and one line per epoch.
+        Print one line per epoch (training loss, validation NLL, ECE and accuracy, seconds) and,
+        on a terminal, show a tqdm bar over each epoch's batches with the running loss.
     hooks : LossHooks, optional
         Default: :meth:`LossHooks.of` ``(loss_fn)``.
 
@@ -559,10 +561,13 @@ class Trainer:
         record["time_s"] = time.perf_counter() - t0
         self.history.append(_json_normalise(record))
         if self.progress:
-            msg = f"epoch {epoch + 1}/{self.settings.epochs} loss {done.loss:.4f} acc {record['train_accuracy']:.3f}"
+            msg = f"epoch {epoch + 1}/{self.settings.epochs}  train loss {done.loss:.4f}"
             if self.loaders.val is not None:
-                msg += f" val acc {record['val_accuracy']:.3f} ece {record['val_ece']:.4f}"
-            tqdm.write(msg)
+                msg += (f"  val NLL {record['val_nll']:.4f}  val ECE {record['val_ece']:.4f}"
+                        f"  val acc {record['val_accuracy']:.3f}")
+            # a plain line (the epoch's bar is closed): papermill's --log-output and a sweep
+            # run's run.log show it as it comes
+            print(f"{msg}  {record['time_s']:.1f} s", flush=True)
         if self.out is not None:
             n = epoch + 1
             if n in self.settings.logits_epochs:
@@ -584,7 +589,9 @@ class Trainer:
         except TypeError:
             total = None
         log_every = max(1, (total or 100) // 20)
-        bar = tqdm(self.loaders.train, total=total, disable=not self.progress, leave=False,
+        # a bar only on a terminal: elsewhere (a notebook's output, a log file) its redraws pile up
+        show_bar = self.progress and sys.stderr.isatty()
+        bar = tqdm(self.loaders.train, total=total, disable=not show_bar, leave=False,
                    desc=f"epoch {epoch + 1}/{s.epochs}", dynamic_ncols=True)
         for batch in bar:
             x, y = split_batch(batch)
@@ -598,7 +605,7 @@ class Trainer:
                 label_chunks.append(y)
                 if s.grad_norms and logits.grad is not None and self.features.features is not None:
                     gnorm_chunks.append(last_layer_grad_norms(logits.grad, self.features.features))
-            if self.progress and n_batches % log_every == 0:
+            if show_bar and n_batches % log_every == 0:
                 acc = float((logits.detach().argmax(-1) == y).float().mean())
                 bar.set_postfix(loss=f"{float(loss_sum) / n_batches:.4f}", acc=f"{acc:.3f}")
         bar.close()
