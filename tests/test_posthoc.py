@@ -195,12 +195,12 @@ def test_module_interface_forward_state_dict_and_gradients():
         fresh = make()
         fresh.load_state_dict(cal.state_dict())
         torch.testing.assert_close(fresh.predict_proba(zt), cal.predict_proba(zt))
-        for name in ("temperature_", "gamma_"):
+        for name in ("temperature_", "gamma_ev_"):
             assert getattr(fresh, name, None) == getattr(cal, name, None)
     fts = FocalTemperatureScaling(temperatures=[0.5, 1.0]).fit(z, y)
-    assert isinstance(fts.gamma_, float) and isinstance(fts.temperature_, float)
+    assert isinstance(fts.gamma_ev_, float) and isinstance(fts.temperature_, float)
     assert fts.scores_.shape == (len(KK_GAMMAS), 2) and fts.candidates_.shape == (2 * len(KK_GAMMAS), 3)
-    assert "gamma_=" in repr(fts)
+    assert "gamma_ev_=" in repr(fts)
 
 
 # -------------------------------------------------------------------- temperature scaling ---
@@ -236,9 +236,11 @@ def test_ts_nll_edge_cases_return_bounds():
     # a perfectly separated fitting set: NLL keeps falling as T -> 0
     z = torch.tensor([[5.0, 0.0], [0.0, 5.0]] * 10, dtype=torch.float64)
     y = torch.tensor([0, 1] * 10)
-    assert TemperatureScaling(bounds=(0.05, 20)).fit(z, y).temperature_ == 0.05
+    with pytest.warns(UserWarning, match=r"lower edge .* bounds="):
+        assert TemperatureScaling(bounds=(0.05, 20)).fit(z, y).temperature_ == 0.05
     # labels independent of a confident model: the optimum is T -> infinity
-    assert TemperatureScaling(bounds=(0.05, 20)).fit(z, 1 - y).temperature_ == 20
+    with pytest.warns(UserWarning, match=r"upper edge .* bounds="):
+        assert TemperatureScaling(bounds=(0.05, 20)).fit(z, 1 - y).temperature_ == 20
 
 
 def test_ts_recovers_known_temperature():
@@ -300,7 +302,7 @@ def test_fts_grid_equals_loop_oracle(criterion):
     np.testing.assert_allclose(fts.scores_.numpy(), oracle, rtol=1e-11, atol=1e-12)
     gg, tt = np.meshgrid(KK_GAMMAS, temps, indexing="ij")
     i = _oracle_select(oracle.ravel(), gg.ravel(), tt.ravel())
-    assert (fts.gamma_, fts.temperature_) == (gg.ravel()[i], tt.ravel()[i])
+    assert (fts.gamma_ev_, fts.temperature_) == (gg.ravel()[i], tt.ravel()[i])
     assert fts.best_score_ == pytest.approx(oracle.ravel()[i], abs=1e-12)
 
 
@@ -326,7 +328,7 @@ def test_fts_float32_input_gives_the_float64_result():
     z32 = z.float()
     a = FocalTemperatureScaling(temperatures=np.arange(1, 51) / 10).fit(z32, y)
     b = FocalTemperatureScaling(temperatures=np.arange(1, 51) / 10).fit(z32.double(), y)
-    assert (a.gamma_, a.temperature_) == (b.gamma_, b.temperature_)
+    assert (a.gamma_ev_, a.temperature_) == (b.gamma_ev_, b.temperature_)
     torch.testing.assert_close(a.scores_, b.scores_, rtol=0, atol=0)
 
 
@@ -337,7 +339,7 @@ def test_fts_ties_prefer_the_identity():
     y = torch.tensor([0, 1, 2])
     fts = FocalTemperatureScaling(gammas=(0.5, -0.25, 1.0), temperatures=(0.5, 2.0, 1.0, 1.5)).fit(z, y)
     assert torch.allclose(fts.scores_, fts.scores_[0, 0])
-    assert (fts.gamma_, fts.temperature_) == (-0.25, 1.0)
+    assert (fts.gamma_ev_, fts.temperature_) == (-0.25, 1.0)
 
 
 def test_fts_line_search_follows_the_3m_procedure():
@@ -360,7 +362,7 @@ def test_fts_line_search_follows_the_3m_procedure():
         s_all = np.concatenate([anchor[0], anchor[1], s_line])
         np.testing.assert_allclose(fts.candidates_[:, 2].numpy(), s_all, rtol=1e-11, atol=1e-12)
         i = _oracle_select(s_all, g_all, t_all)
-        assert fts.gamma_ == pytest.approx(g_all[i], abs=1e-15)
+        assert fts.gamma_ev_ == pytest.approx(g_all[i], abs=1e-15)
         assert fts.temperature_ == pytest.approx(t_all[i], abs=1e-15)
         assert fts.line_ == pytest.approx((t1, slope))
         assert len(fts.candidates_) == 3 * m
@@ -369,7 +371,7 @@ def test_fts_line_search_follows_the_3m_procedure():
 def test_fts_improves_ece_on_real_cifar10_logits(ce_split):
     """Fit on a fixed random half of the CE test logits (paper grid), evaluate on the other half."""
     zf, yf, ze, ye = ce_split
-    fts = FocalTemperatureScaling().fit(zf, yf)  # 9 x 500 grid, equal-mass ECE
+    fts = FocalTemperatureScaling(criterion="ece_mass").fit(zf, yf)  # 9 x 500 grid
     assert fts.scores_.shape == (9, 500)
     before = metrics.ece(logits=ze, labels=ye, binning="mass")
     after = metrics.ece(fts.predict_proba(ze), ye, binning="mass")
@@ -423,3 +425,136 @@ def test_argmax_kept_on_generated_logits(rows, seed, dtype):
         assert math.isfinite(getattr(cal, "temperature_", 1.0)) and getattr(cal, "temperature_", 1.0) > 0
         _assert_argmax_kept(cal.predict_proba(z), z)
         assert torch.isfinite(cal(z)).all()
+
+
+# ------------------------------------------------------- the scikit-learn estimator API ---
+
+ESTIMATORS = [
+    lambda: TemperatureScaling("ece_mass", grid=[0.5, 1, 2], n_bins=10),
+    lambda: TemperatureScaling("focal", gamma=3, psi=True, bounds=(0.1, 10)),
+    lambda: FocalTemperatureScaling([0.0, 1], np.arange(1, 41) / 10, criterion="ece", search="line",
+                                    line_gammas=[0, 1], method="exact"),
+    lambda: PsiCorrection(3),
+]
+
+
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_get_params_returns_the_constructor_arguments_unchanged(make):
+    import inspect
+
+    cal = make()
+    params = cal.get_params()
+    names = list(inspect.signature(type(cal).__init__).parameters)[1:]
+    assert sorted(params) == sorted(names)
+    assert params == cal.get_params(deep=False)
+    # stored as passed (the identity sklearn.base.clone checks), not converted
+    assert all(getattr(cal, n) is v for n, v in params.items())
+
+
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_sklearn_clone_gives_an_unfitted_equal_copy(make):
+    from sklearn.base import clone
+
+    z, y = _calibrated_problem(0)
+    cal = make().fit(3 * z, y)
+    copy = clone(cal)
+    assert type(copy) is type(cal) and copy is not cal
+    assert copy.get_params().keys() == cal.get_params().keys()
+    for name, value in cal.get_params().items():
+        assert repr(copy.get_params()[name]) == repr(value)
+    if not isinstance(cal, PsiCorrection):  # Psi has nothing to fit
+        with pytest.raises(NotFittedError):
+            copy.predict_proba(z)
+    torch.testing.assert_close(copy.fit(3 * z, y).predict_proba(z), cal.predict_proba(z))
+
+
+def test_set_params_validates_and_returns_self():
+    ts = TemperatureScaling()
+    assert ts.set_params(criterion="ece", n_bins=10) is ts
+    assert ts.get_params()["criterion"] == "ece" and ts.n_bins == 10
+    z, y = _calibrated_problem(1)
+    assert ts.fit(3 * z, y).scores_.shape == (len(MUKHOTI_TEMPERATURES),)  # the ECE grid is used
+    with pytest.raises(ValueError, match="n_bins"):
+        ts.set_params(n_bins=0)
+    assert ts.n_bins == 10  # a rejected value leaves the parameters as they were
+    with pytest.raises(ValueError, match="gamma"):
+        ts.set_params(gamma=2.0)  # gamma needs criterion="focal"
+    assert ts.set_params(criterion="focal", gamma=2.0).gamma == 2.0
+    with pytest.raises(ValueError, match="'temperature'.*valid parameters: bounds, criterion"):
+        ts.set_params(temperature=1.0)
+    fts = FocalTemperatureScaling()
+    with pytest.raises(ValueError, match="gammas"):
+        fts.set_params(gammas=[-2.0])
+    assert fts.set_params(gammas=[0.0, 1.0]).fit(3 * z, y).gamma_ev_ in (0.0, 1.0)
+    with pytest.raises(ValueError, match="gamma"):
+        PsiCorrection(1.0).set_params(gamma=-1.0)
+
+
+def test_state_saved_with_the_old_gamma_name_loads_as_gamma_ev():
+    z, y = _calibrated_problem(0)
+    fts = FocalTemperatureScaling(temperatures=np.arange(1, 101) / 20).fit(3 * z, y)
+    state = fts.state_dict()
+    extra = dict(state["_extra_state"])
+    extra["gamma_"] = extra.pop("gamma_ev_")
+    state["_extra_state"] = extra
+    fresh = FocalTemperatureScaling(temperatures=np.arange(1, 101) / 20)
+    fresh.load_state_dict(state)
+    assert fresh.gamma_ev_ == fts.gamma_ev_
+    torch.testing.assert_close(fresh.predict_proba(z), fts.predict_proba(z))
+
+
+# ------------------------------------------------------------ warnings for probable misuse ---
+
+def _calibrated_problem(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels drawn from softmax(z): a model that reports 3 z needs T near 3, gamma_ev near 0."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(400, 4, generator=g, dtype=torch.float64) * 2
+    return z, torch.multinomial(torch.softmax(z, -1), 1, generator=g).squeeze(1)
+
+
+def test_a_normal_fit_does_not_warn():
+    import warnings
+
+    z, y = _calibrated_problem(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TemperatureScaling().fit(3 * z, y)
+        TemperatureScaling("ece").fit(3 * z, y)
+        FocalTemperatureScaling(temperatures=np.arange(1, 101) / 20).fit(3 * z, y)
+        PsiCorrection(2.0).fit(3 * z, y)
+        TemperatureScaling().fit(torch.log_softmax(3 * z, -1), y)  # log(probs) are logits
+
+
+@pytest.mark.parametrize("make", [TemperatureScaling, lambda: FocalTemperatureScaling(temperatures=[1.0]),
+                                  lambda: PsiCorrection(1.0)])
+def test_fit_on_probabilities_warns(make):
+    z, y = _calibrated_problem(0)
+    probs = torch.softmax(3 * z, -1)
+    with pytest.warns(UserWarning, match=r"fit: the logits passed look like probabilities.*log\(probs\)"):
+        make().fit(probs, y)
+    with pytest.warns(UserWarning, match="focal_ts_scores: the logits passed look like probabilities"):
+        focal_ts_scores(probs, y, temperatures=[1.0])
+
+
+def test_ts_at_the_edge_of_its_range_warns_with_the_argument_to_widen():
+    z, y = _calibrated_problem(0)
+    wrong = -5.0 * torch.nn.functional.one_hot(y, 4).double()  # every label gets the least score
+    with pytest.warns(UserWarning, match=r"TemperatureScaling.fit: .*upper edge of its search range "
+                                         r"\[0.01, 100\].*bounds="):
+        assert TemperatureScaling().fit(wrong, y).temperature_ == 100
+    with pytest.warns(UserWarning, match=r"upper edge .*\[0.5, 2\].*grid="):
+        TemperatureScaling("ece", grid=[0.5, 1.0, 2.0]).fit(3 * z, y)
+    with pytest.warns(UserWarning, match=r"upper edge .*bounds="):
+        TemperatureScaling("focal", gamma=1.0, bounds=(0.1, 1.0)).fit(3 * z, y)
+
+
+def test_fts_at_the_edge_of_its_grids_warns_with_the_argument_to_widen():
+    z, y = _calibrated_problem(0)
+    with pytest.warns(UserWarning, match=r"FocalTemperatureScaling.fit: the selected temperature = 2 "
+                                         r"is at the upper edge .*temperatures="):
+        FocalTemperatureScaling(temperatures=[0.5, 1.0, 2.0]).fit(3 * z, y)
+    # T fixed at 1 (a one-point grid never warns): under-confident logits want a larger gamma_ev
+    with pytest.warns(UserWarning, match=r"the selected gamma_ev = 0.5 is at the upper edge .*gammas="):
+        FocalTemperatureScaling(gammas=[-0.5, 0.0, 0.5], temperatures=[1.0]).fit(z / 3, y)
+    with pytest.warns(UserWarning, match=r"the selected gamma_ev = -0.5 is at the lower edge .*gammas="):
+        FocalTemperatureScaling(gammas=[-0.5, 0.0, 0.5], temperatures=[1.0]).fit(3 * z, y)

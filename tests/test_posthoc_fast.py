@@ -31,7 +31,7 @@ def _fit_both(z, y, **kw) -> tuple[FocalTemperatureScaling, FocalTemperatureScal
 
 
 def _assert_same_selection(fast: FocalTemperatureScaling, exact: FocalTemperatureScaling) -> None:
-    assert (fast.gamma_, fast.temperature_) == (exact.gamma_, exact.temperature_)
+    assert (fast.gamma_ev_, fast.temperature_) == (exact.gamma_ev_, exact.temperature_)
     assert abs(fast.best_score_ - exact.best_score_) <= 1e-12
     if fast.search == "line":
         assert fast.line_ == exact.line_
@@ -81,10 +81,10 @@ def test_released_networks_paper_protocol(name, released):
     """K&K's protocol (9 x 500 grid, equal-mass 15-bin ECE), full grid and the 3m line search."""
     z, y = (torch.from_numpy(a) for a in released[name])
     for search in ("grid", "line"):
-        fast, exact = _fit_both(z, y.long(), search=search)
+        fast, exact = _fit_both(z, y.long(), criterion="ece_mass", search=search)
         _assert_same_selection(fast, exact)
         if search == "grid":
-            i, j = KK_GAMMAS.index(fast.gamma_), KK_TEMPERATURES.index(fast.temperature_)
+            i, j = KK_GAMMAS.index(fast.gamma_ev_), KK_TEMPERATURES.index(fast.temperature_)
             assert fast.best_score_ == float(exact.scores_[i, j])
 
 
@@ -145,7 +145,7 @@ def test_all_scores_tie(criterion):
     fast, exact = _fit_both(z, y, gammas=(0.5, -0.25, 1.0, 0.0), temperatures=(0.5, 2.0, 1.0, 1.5),
                             criterion=criterion)
     _assert_same_selection(fast, exact)
-    assert (fast.gamma_, fast.temperature_) == (0.0, 1.0)
+    assert (fast.gamma_ev_, fast.temperature_) == (0.0, 1.0)
 
 
 @pytest.mark.parametrize("criterion", CRITERIA)
@@ -185,7 +185,7 @@ def test_scores_and_candidates_of_a_fast_fit_are_the_exact_ones():
     z, y = _problem(500, 10, 9)
     temps = np.arange(1, 101) / 20
     for search in ("grid", "line"):
-        fast, exact = _fit_both(z, y, temperatures=temps, search=search)
+        fast, exact = _fit_both(z, y, temperatures=temps, criterion="ece_mass", search=search)
         assert fast.n_exact_ < exact.n_exact_
         if search == "grid":
             torch.testing.assert_close(fast.scores_, exact.scores_, rtol=0, atol=0)
@@ -197,7 +197,7 @@ def test_fast_fit_state_dict_round_trip():
     fast = FocalTemperatureScaling(temperatures=[0.5, 1.0, 2.0]).fit(z, y)
     fresh = FocalTemperatureScaling(temperatures=[0.5, 1.0, 2.0])
     fresh.load_state_dict(fast.state_dict())  # scores_ never accessed: not computed, not stored
-    assert (fresh.gamma_, fresh.temperature_, fresh.best_score_) == (fast.gamma_, fast.temperature_, fast.best_score_)
+    assert (fresh.gamma_ev_, fresh.temperature_, fresh.best_score_) == (fast.gamma_ev_, fast.temperature_, fast.best_score_)
     assert fresh.scores_ is None
     torch.testing.assert_close(fresh.predict_proba(z), fast.predict_proba(z))
     fast.scores_  # computed now, and then travels

@@ -8,10 +8,33 @@ Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.M
   dtype of ``logits`` (float32 stays float32, float64 stays float64);
 * ``forward(logits) -> log-probabilities`` of shape ``(..., K)``, differentiable w.r.t. the logits,
   so a fitted calibrator can sit at the end of a network (``nn.Sequential(net, calibrator)``);
+* ``get_params()`` / ``set_params(**params)`` as in scikit-learn: the constructor arguments are
+  stored unchanged under their own names, so :func:`sklearn.base.clone` makes an unfitted copy
+  (scikit-learn itself is not needed);
 * fitted attributes end in an underscore: ``temperature_`` on every temperature-based calibrator,
-  ``gamma_`` on :class:`FocalTemperatureScaling`, ``n_classes_``, ``best_score_`` and, for grid
-  searches, the whole score grid ``scores_``. They are python floats / tensors and travel in
-  ``state_dict()`` (as the module's extra state), so ``load_state_dict`` restores a fitted model.
+  ``gamma_ev_`` on :class:`FocalTemperatureScaling` (Komisarenko & Kull's evaluation gamma, the
+  ``gamma_ev`` column of the results tables; not the training loss's ``gamma``), ``n_classes_``,
+  ``best_score_`` and, for grid searches, the whole score grid ``scores_``. They are python
+  floats / tensors and travel in ``state_dict()`` (as the module's extra state), so
+  ``load_state_dict`` restores a fitted model.
+
+Selection criterion
+-------------------
+:class:`TemperatureScaling` and :class:`FocalTemperatureScaling` both select by the negative
+log-likelihood unless told otherwise (``criterion="nll"``): a proper scoring rule with no binning
+choice, Guo et al.'s criterion for TS, and one of the two K&K report for focal TS. Selected by
+different criteria the two are not comparable (each wins on its own criterion). With the same
+criterion they are: focal TS's family contains TS (``gamma_ev = 0``), so with ``0`` among the
+``gammas`` it cannot score worse on the fitting set than TS on the same temperature grid. For the
+ECE-selected variants of the papers, pass ``criterion="ece"`` (Mukhoti et al.) or
+``criterion="ece_mass"`` (Komisarenko & Kull) to both.
+
+Warnings for probable misuse
+----------------------------
+``fit`` warns (``UserWarning``) when its ``logits`` look like probabilities (every entry in
+[0, 1], every row summing to 1 within 1e-6; pass logits or ``log(probs)``), and when a fitted
+parameter stops at the edge of its search range (TS: ``bounds`` or ``grid``; focal TS:
+``temperatures`` or ``gammas``), which on uninformative logits means the optimum lies outside.
 
 Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
 ``AttributeError``, like scikit-learn's). Fitting never changes the argmax: temperature scaling with
@@ -70,8 +93,11 @@ every pair scored; see ``tests/test_posthoc_fast.py`` and ``bench/bench_posthoc.
 
 from __future__ import annotations
 
+import inspect
 import math
+import warnings
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -127,13 +153,39 @@ class NotFittedError(ValueError, AttributeError):
 # argument handling
 # ============================================================================================
 
-def _check_fit_args(logits: ArrayLike, labels: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device."""
+def _check_fit_args(logits: ArrayLike, labels: ArrayLike, caller: str = "fit"
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device.
+
+    Warns (``UserWarning``) when ``logits`` look like probabilities: every entry in [0, 1] and
+    every row summing to 1 within 1e-6. Logits almost never do, and temperature scaling of
+    probabilities fits a meaningless temperature (about 18 on a typical softmax output).
+    """
     z = check_logits(logits, "logits")
     if z.dim() != 2:
         raise ValueError(f"logits must have shape (N, K) for fitting, got shape {tuple(z.shape)}")
     y = check_labels(labels, n_classes=z.shape[1], n_samples=z.shape[0])
-    return z.detach().to(torch.float64), y.to(z.device)
+    z = z.detach().to(torch.float64)
+    _warn_if_probabilities(z, caller)
+    return z, y.to(z.device)
+
+
+def _warn_if_probabilities(z: torch.Tensor, caller: str) -> None:
+    lo, hi = torch.aminmax(z)
+    if float(lo) >= 0.0 and float(hi) <= 1.0 and bool(((z.sum(-1) - 1.0).abs() <= 1e-6).all()):
+        warnings.warn(f"{caller}: the logits passed look like probabilities (all entries in [0, 1], "
+                      f"rows summing to 1); pass the unnormalised logits, or log(probs), instead",
+                      UserWarning, stacklevel=4)
+
+
+def _warn_at_edge(caller: str, what: str, value: float, lo: float, hi: float, argument: str,
+                  hint: str) -> None:
+    """Warn that a fitted ``what`` stopped at the edge of its search range ``[lo, hi]``."""
+    if lo < hi and (value <= lo or value >= hi):
+        side = "lower" if value <= lo else "upper"
+        warnings.warn(f"{caller}: the selected {what} = {value:g} is at the {side} edge of its search "
+                      f"range [{lo:g}, {hi:g}]; the optimum may lie outside. Widen it with "
+                      f"{argument}= ({hint})", UserWarning, stacklevel=3)
 
 
 def _check_grid(values: ArrayLike, name: str, *, lower: float | None = None, open_lower: bool = True,
@@ -172,7 +224,7 @@ def _select(scores: torch.Tensor, gammas: torch.Tensor, temps: torch.Tensor) -> 
 
 
 def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[float] = KK_GAMMAS,
-                    temperatures: Sequence[float] = KK_TEMPERATURES, criterion: str = "ece_mass",
+                    temperatures: Sequence[float] = KK_TEMPERATURES, criterion: str = "nll",
                     n_bins: int = 15) -> torch.Tensor:
     r"""Selection score of focal temperature scaling on a whole ``(gamma, T)`` grid.
 
@@ -190,8 +242,9 @@ def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[fl
     gammas : sequence of float, each ``> -1``
         ``gamma = 0`` is plain temperature scaling.
     temperatures : sequence of float, each ``> 0``
-    criterion : {"ece_mass", "ece", "nll"}
-        Equal-mass ECE (K&K's choice), equal-width ECE (Mukhoti's), or mean negative log-likelihood.
+    criterion : {"nll", "ece_mass", "ece"}
+        Mean negative log-likelihood (the default, as in :class:`FocalTemperatureScaling`),
+        equal-mass ECE (K&K's choice for their ECE tables) or equal-width ECE (Mukhoti's).
     n_bins : int
         Bins of the ECE (15 in both papers).
 
@@ -200,7 +253,7 @@ def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[fl
     Tensor, shape (len(gammas), len(temperatures)), float64
         Fractions (ECE) or nats (NLL); smaller is better.
     """
-    z, y = _check_fit_args(logits, labels)
+    z, y = _check_fit_args(logits, labels, "focal_ts_scores")
     g = _check_grid(gammas, "gammas", lower=-1.0)
     t = _check_grid(temperatures, "temperatures", positive=True)
     check_choice(criterion, "criterion", FTS_CRITERIA)
@@ -254,10 +307,57 @@ def _nll_slope(z: torch.Tensor, y: torch.Tensor, beta: float) -> float:
 # calibrators
 # ============================================================================================
 
+_C = TypeVar("_C", bound="_Calibrator")
+
+
 class _Calibrator(torch.nn.Module):
-    """Shared plumbing: fitted-state bookkeeping, validation of predict-time logits, state_dict."""
+    """Shared plumbing: the estimator API, fitted-state bookkeeping, predict-time checks, state_dict.
+
+    scikit-learn's estimator rules: ``__init__`` stores each argument unchanged under its own name
+    and checks it through :meth:`_validate_params`, which writes the checked forms to private
+    attributes that the fit uses; :meth:`get_params` reads the names from ``__init__``'s
+    signature, so :func:`sklearn.base.clone` rebuilds an unfitted copy.
+    """
 
     _fitted_names: tuple[str, ...] = ()
+
+    def _validate_params(self) -> None:
+        """Check the public constructor parameters; store their checked forms privately."""
+
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        return sorted(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters as passed, by name (scikit-learn's estimator API).
+
+        ``deep`` is accepted for compatibility; no parameter is itself an estimator.
+        """
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self: _C, **params: Any) -> _C:
+        """Set constructor parameters by name, check them as ``__init__`` does, and return ``self``.
+
+        An unknown name or an invalid value raises ``ValueError`` and leaves the parameters as they
+        were. A fitted calibrator keeps its fitted attributes until the next ``fit``.
+        """
+        valid = self._get_param_names()
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise ValueError(f"invalid parameter(s) {', '.join(map(repr, unknown))} for "
+                             f"{type(self).__name__}; valid parameters: {', '.join(valid)}")
+        old = {name: getattr(self, name) for name in params}
+        for name, value in params.items():
+            setattr(self, name, value)
+        try:
+            self._validate_params()
+        except ValueError:
+            for name, value in old.items():
+                setattr(self, name, value)
+            self._validate_params()
+            raise
+        return self
 
     def _require_fitted(self) -> None:
         if not getattr(self, "_is_fitted", False):
@@ -288,7 +388,8 @@ class _Calibrator(torch.nn.Module):
     def set_extra_state(self, state: dict[str, object]) -> None:
         """Restore the fitted attributes saved by :meth:`get_extra_state`."""
         for name, value in state.items():
-            setattr(self, name, value)
+            # states saved before the focal gamma was renamed gamma_ev_ say gamma_
+            setattr(self, "gamma_ev_" if name == "gamma_" else name, value)
 
 
 class TemperatureScaling(_Calibrator):
@@ -297,7 +398,8 @@ class TemperatureScaling(_Calibrator):
     Parameters
     ----------
     criterion : {"nll", "ece", "ece_mass", "focal"}
-        What ``T`` minimises on the fitting set:
+        What ``T`` minimises on the fitting set (default ``"nll"``, as for
+        :class:`FocalTemperatureScaling`; see "Selection criterion" in the module docstring):
 
         * ``"nll"`` (Guo et al. 2017): the mean negative log-likelihood. ``NLL(1/T)`` is convex in
           ``beta = 1/T`` (a log-sum-exp of linear functions), so its derivative
@@ -339,11 +441,6 @@ class TemperatureScaling(_Calibrator):
     scores_ : Tensor, shape (n_T,)
         Grid searches only: the criterion at every grid temperature.
     n_classes_ : int
-
-    Examples
-    --------
-    >>> ts = TemperatureScaling().fit(val_logits, val_labels)        # doctest: +SKIP
-    >>> probs = ts.predict_proba(test_logits)                       # doctest: +SKIP
     """
 
     _fitted_names = ("temperature_", "best_score_", "scores_", "n_classes_")
@@ -352,60 +449,71 @@ class TemperatureScaling(_Calibrator):
                  gamma: float | None = None, psi: bool = False, n_bins: int = 15,
                  bounds: tuple[float, float] = (1e-2, 1e2)) -> None:
         super().__init__()
-        self.criterion = check_choice(criterion, "criterion", TS_CRITERIA)
+        self.criterion, self.grid, self.gamma, self.psi = criterion, grid, gamma, psi
+        self.n_bins, self.bounds = n_bins, bounds
+        self._validate_params()
+
+    def _validate_params(self) -> None:
+        criterion, gamma = check_choice(self.criterion, "criterion", TS_CRITERIA), self.gamma
         if criterion == "focal":
             if gamma is None:
                 raise ValueError("criterion='focal' needs the focal-loss gamma (gamma >= 0), "
                                  "e.g. TemperatureScaling('focal', gamma=3.0)")
-            self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+            self._gamma: float | None = check_gamma(gamma, "gamma", minimum=0.0)
         else:
             if gamma is not None:
                 raise ValueError(f"gamma is only used with criterion='focal' (got criterion={criterion!r}); "
                                  f"for the focal map after TS use FocalTemperatureScaling")
-            if psi:
+            if self.psi:
                 raise ValueError("psi=True is only meaningful with criterion='focal' (TS_FL + Psi)")
-            self.gamma = None
-        if not isinstance(psi, bool):
-            raise ValueError(f"psi must be True or False, got {psi!r}")
-        self.psi = psi
-        self.n_bins = check_int(n_bins, "n_bins")
-        self.bounds = _check_bounds(bounds)
-        if grid is None:
-            self.grid = (torch.tensor(MUKHOTI_TEMPERATURES, dtype=torch.float64)
-                         if criterion in ("ece", "ece_mass") else None)
+            self._gamma = None
+        if not isinstance(self.psi, bool):
+            raise ValueError(f"psi must be True or False, got {self.psi!r}")
+        self._n_bins = check_int(self.n_bins, "n_bins")
+        self._bounds = _check_bounds(self.bounds)
+        if self.grid is None:
+            self._grid = (torch.tensor(MUKHOTI_TEMPERATURES, dtype=torch.float64)
+                          if criterion in ("ece", "ece_mass") else None)
         else:
-            self.grid = _check_grid(grid, "grid", positive=True)
+            self._grid = _check_grid(self.grid, "grid", positive=True)
 
     def extra_repr(self) -> str:
         s = f"criterion={self.criterion!r}"
-        if self.gamma is not None:
-            s += f", gamma={self.gamma:g}, psi={self.psi}"
+        if self._gamma is not None:
+            s += f", gamma={self._gamma:g}, psi={self.psi}"
         if getattr(self, "_is_fitted", False):
             s += f", temperature_={self.temperature_:.6g}"
         return s
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> TemperatureScaling:
         """Fit ``T`` on ``logits`` of shape ``(N, K)`` and ``labels`` of shape ``(N,)``; return ``self``."""
-        z, y = _check_fit_args(logits, labels)
-        gamma = 0.0 if self.gamma is None else self.gamma
+        z, y = _check_fit_args(logits, labels, "TemperatureScaling.fit")
+        gamma = 0.0 if self._gamma is None else self._gamma
         self.scores_ = None
-        if self.grid is not None:
-            scores = _ts_grid_scores(z, y, self.grid, self.criterion, gamma, self.n_bins)
-            i = _select(scores, torch.zeros_like(self.grid), self.grid)
-            self.temperature_, self.best_score_ = float(self.grid[i]), float(scores[i])
+        grid = self._grid
+        if grid is not None:
+            scores = _ts_grid_scores(z, y, grid, self.criterion, gamma, self._n_bins)
+            i = _select(scores, torch.zeros_like(grid), grid)
+            self.temperature_, self.best_score_ = float(grid[i]), float(scores[i])
             self.scores_ = scores
         elif self.criterion == "nll":
             self.temperature_ = self._fit_nll(z, y)
             self.best_score_ = float(_ts_grid_scores(
-                z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self.n_bins)[0])
+                z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self._n_bins)[0])
         else:
             self.temperature_, self.best_score_ = self._fit_focal(z, y, gamma)
+        if grid is not None:
+            _warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, float(grid.min()),
+                          float(grid.max()), "grid", "a sequence of temperatures > 0")
+        else:
+            _warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, *self._bounds,
+                          "bounds", "a pair (T_min, T_max)")
         self.n_classes_ = int(z.shape[1])
         self._is_fitted = True
         return self
 
     def _fit_nll(self, z: torch.Tensor, y: torch.Tensor) -> float:
-        lo, hi = self.bounds
+        lo, hi = self._bounds
 
         def slope(log_t: float) -> float:  # decreasing in log T
             return _nll_slope(z, y, math.exp(-log_t))
@@ -418,7 +526,7 @@ class TemperatureScaling(_Calibrator):
         return math.exp(brentq(slope, math.log(lo), math.log(hi), xtol=1e-13, rtol=1e-14, maxiter=200))
 
     def _fit_focal(self, z: torch.Tensor, y: torch.Tensor, gamma: float) -> tuple[float, float]:
-        lo, hi = self.bounds
+        lo, hi = self._bounds
         taus = torch.linspace(math.log(lo), math.log(hi), 201, dtype=torch.float64)
         risk = _focal_risk(z, y, taus.exp(), gamma)
         i = int(torch.argmin(risk))
@@ -435,7 +543,7 @@ class TemperatureScaling(_Calibrator):
         self._require_fitted()
         z = self._check_predict_logits(logits)
         if self.psi:
-            return maps.log_focal_map_from_logits(z, self.gamma, self.temperature_)
+            return maps.log_focal_map_from_logits(z, self._gamma, self.temperature_)
         return torch.log_softmax(z / self.temperature_, dim=-1)
 
 
@@ -454,9 +562,11 @@ class FocalTemperatureScaling(_Calibrator):
         1, 5``). ``0`` would be plain TS.
     temperatures : sequence of float, each ``> 0``, optional
         Candidate ``T`` (default: the paper's ``0.01, 0.02, ..., 5``).
-    criterion : {"ece_mass", "ece", "nll"}
-        Equal-mass ``n_bins``-bin ECE (the paper's ECE), equal-width ECE, or NLL (the paper's
-        "log-loss" selection).
+    criterion : {"nll", "ece_mass", "ece"}
+        NLL (the default; the paper's "log-loss" selection, and the default of
+        :class:`TemperatureScaling`, so that the two compare like with like: see "Selection
+        criterion" in the module docstring), equal-mass ``n_bins``-bin ECE (the paper's ECE
+        selection; pass it to reproduce their ECE tables) or equal-width ECE.
     search : {"grid", "line"}
         ``"grid"``: the best of all ``len(gammas) * len(temperatures)`` pairs (the paper's
         experiments).
@@ -487,7 +597,8 @@ class FocalTemperatureScaling(_Calibrator):
 
     Attributes
     ----------
-    gamma_ : float
+    gamma_ev_ : float
+        The selected ``gamma_ev`` of the focal map (the ``gamma_ev`` column of the results tables).
     temperature_ : float
     best_score_ : float
         The criterion of the selected pair on the fitting set.
@@ -506,31 +617,36 @@ class FocalTemperatureScaling(_Calibrator):
     n_classes_ : int
     """
 
-    _fitted_names = ("gamma_", "temperature_", "best_score_", "scores_", "candidates_", "line_",
+    _fitted_names = ("gamma_ev_", "temperature_", "best_score_", "scores_", "candidates_", "line_",
                      "n_exact_", "n_classes_")
     # computed on first access after a fast fit (see ``method``)
     _lazy_names = {"scores_": "_scores", "candidates_": "_candidates"}
 
     def __init__(self, gammas: Sequence[float] = KK_GAMMAS, temperatures: Sequence[float] | None = None,
-                 *, criterion: str = "ece_mass", search: str = "grid", n_bins: int = 15,
+                 *, criterion: str = "nll", search: str = "grid", n_bins: int = 15,
                  line_gammas: tuple[float, float] = (0.0, 1.0), method: str = "fast") -> None:
         super().__init__()
-        self.gammas = _check_grid(gammas, "gammas", lower=-1.0)
-        self.temperatures = _check_grid(KK_TEMPERATURES if temperatures is None else temperatures,
-                                        "temperatures", positive=True)
-        self.criterion = check_choice(criterion, "criterion", FTS_CRITERIA)
-        self.search = check_choice(search, "search", FTS_SEARCHES)
-        self.method = check_choice(method, "method", FTS_METHODS)
-        self.n_bins = check_int(n_bins, "n_bins")
-        lg = _check_grid(line_gammas, "line_gammas", lower=-1.0)
+        self.gammas, self.temperatures, self.criterion, self.search = gammas, temperatures, criterion, search
+        self.n_bins, self.line_gammas, self.method = n_bins, line_gammas, method
+        self._validate_params()
+
+    def _validate_params(self) -> None:
+        self._gammas = _check_grid(self.gammas, "gammas", lower=-1.0)
+        self._temperatures = _check_grid(KK_TEMPERATURES if self.temperatures is None else self.temperatures,
+                                         "temperatures", positive=True)
+        check_choice(self.criterion, "criterion", FTS_CRITERIA)
+        check_choice(self.search, "search", FTS_SEARCHES)
+        check_choice(self.method, "method", FTS_METHODS)
+        self._n_bins = check_int(self.n_bins, "n_bins")
+        lg = _check_grid(self.line_gammas, "line_gammas", lower=-1.0)
         if lg.numel() != 2 or float(lg[0]) == float(lg[1]):
-            raise ValueError(f"line_gammas must be two distinct gammas > -1, got {line_gammas!r}")
-        self.line_gammas = (float(lg[0]), float(lg[1]))
+            raise ValueError(f"line_gammas must be two distinct gammas > -1, got {self.line_gammas!r}")
+        self._line_gammas = (float(lg[0]), float(lg[1]))
 
     def extra_repr(self) -> str:
         s = f"criterion={self.criterion!r}, search={self.search!r}, method={self.method!r}"
         if getattr(self, "_is_fitted", False):
-            s += f", gamma_={self.gamma_:g}, temperature_={self.temperature_:.6g}"
+            s += f", gamma_ev_={self.gamma_ev_:g}, temperature_={self.temperature_:.6g}"
         return s
 
     @property
@@ -556,10 +672,14 @@ class FocalTemperatureScaling(_Calibrator):
         self.__dict__["_candidates"] = value
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> FocalTemperatureScaling:
-        """Select ``(gamma_ev, T)`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``."""
-        z, y = _check_fit_args(logits, labels)
+        """Select ``(gamma_ev, T)`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``.
+
+        Warns (``UserWarning``) if the selected ``T`` or ``gamma_ev`` lies at an edge of its grid
+        (``temperatures`` / ``gammas``, with more than one value): the optimum may lie outside.
+        """
+        z, y = _check_fit_args(logits, labels, "FocalTemperatureScaling.fit")
         prob = _fts.Problem(z, y, dedupe=self.criterion != "nll")
-        biggest = max(float(self.gammas.abs().max()), *(abs(g) for g in self.line_gammas))
+        biggest = max(float(self._gammas.abs().max()), *(abs(g) for g in self._line_gammas))
         fast = self.method == "fast" and biggest <= _fts.BIG_GAMMA
         self.line_, self.scores_ = None, None
         with _fts.workers(z.device) as pool:
@@ -568,8 +688,13 @@ class FocalTemperatureScaling(_Calibrator):
         flat = np.fromiter(sorted(evaluated), dtype=np.int64)
         s = np.array([evaluated[int(i)] for i in flat])
         i = int(flat[_fts.select(s, g_all[flat], t_all[flat])])
-        self.gamma_, self.temperature_, self.best_score_ = float(g_all[i]), float(t_all[i]), evaluated[i]
+        self.gamma_ev_, self.temperature_, self.best_score_ = float(g_all[i]), float(t_all[i]), evaluated[i]
         self.n_exact_ = len(flat)
+        temps, gams = self._temperatures, self._gammas
+        _warn_at_edge("FocalTemperatureScaling.fit", "temperature", self.temperature_, float(temps.min()),
+                      float(temps.max()), "temperatures", "a sequence of temperatures > 0")
+        _warn_at_edge("FocalTemperatureScaling.fit", "gamma_ev", self.gamma_ev_, float(gams.min()),
+                      float(gams.max()), "gammas", "a sequence of gammas > -1")
         self.__dict__["_pending"] = (prob, g_all, t_all) if fast else None
         if not fast:
             self.candidates_ = torch.from_numpy(np.stack([g_all, t_all, s], axis=1))
@@ -578,31 +703,31 @@ class FocalTemperatureScaling(_Calibrator):
         return self
 
     def _fit_grid(self, prob: _fts.Problem, fast: bool, pool) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
-        gammas, temps = self.gammas.numpy(), self.temperatures.numpy()
+        gammas, temps = self._gammas.numpy(), self._temperatures.numpy()
         n_t = len(temps)
         g_all, t_all = np.repeat(gammas, n_t), np.tile(temps, len(gammas))
         self.scores_ = None
         if not fast:
-            grid = _fts.grid_scores(prob, self.temperatures, self.gammas, self.criterion, self.n_bins, pool)
+            grid = _fts.grid_scores(prob, self._temperatures, self._gammas, self.criterion, self._n_bins, pool)
             self.scores_ = grid
             return g_all, t_all, dict(enumerate(grid.reshape(-1).tolist()))
         paths = _fts.product_paths(gammas, temps)
-        return g_all, t_all, _fts.fast_scores(prob, paths, self.criterion, self.n_bins, pool)[0]
+        return g_all, t_all, _fts.fast_scores(prob, paths, self.criterion, self._n_bins, pool)[0]
 
     def _line(self, t1: float, t2: float) -> tuple[torch.Tensor, torch.Tensor]:
         """The line of the 3m search through ``(g1, t1)`` and ``(g2, t2)``: its ``m`` pairs."""
-        (g1, g2), temps = self.line_gammas, self.temperatures
+        (g1, g2), temps = self._line_gammas, self._temperatures
         slope = (t2 - t1) / (g2 - g1)
         self.line_ = (t1 - slope * g1, slope)
-        g_line = torch.linspace(float(self.gammas.min()), float(self.gammas.max()), len(temps),
+        g_line = torch.linspace(float(self._gammas.min()), float(self._gammas.max()), len(temps),
                                 dtype=torch.float64)
         t_line = (t1 + slope * (g_line - g1)).clamp(float(temps.min()), float(temps.max()))
         return g_line, t_line
 
     def _fit_line(self, prob: _fts.Problem, fast: bool, pool) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
-        temps = self.temperatures.numpy()
-        m, anchors = len(temps), self.line_gammas
-        crit, nb = self.criterion, self.n_bins
+        temps = self._temperatures.numpy()
+        m, anchors = len(temps), self._line_gammas
+        crit, nb = self.criterion, self._n_bins
         if fast:
             paths = _fts.product_paths(np.array(anchors), temps, group=0)  # one threshold per anchor
             ev = _fts.fast_scores(prob, paths, crit, nb, pool)[0]
@@ -633,14 +758,14 @@ class FocalTemperatureScaling(_Calibrator):
         prob, g_all, t_all = pending
         with _fts.workers(prob.device) as pool:
             if self.search == "grid":
-                grid = _fts.grid_scores(prob, self.temperatures, self.gammas, self.criterion, self.n_bins, pool)
+                grid = _fts.grid_scores(prob, self._temperatures, self._gammas, self.criterion, self._n_bins, pool)
                 self.scores_, s_all = grid, grid.reshape(-1).numpy()
             else:
-                m = len(self.temperatures)
-                cols = _fts.exact_scores(prob, t_all[:m].tolist(), [list(self.line_gammas)] * m,
-                                         self.criterion, self.n_bins, pool)
+                m = len(self._temperatures)
+                cols = _fts.exact_scores(prob, t_all[:m].tolist(), [list(self._line_gammas)] * m,
+                                         self.criterion, self._n_bins, pool)
                 line = _fts.exact_scores(prob, t_all[2 * m:].tolist(), [[g] for g in g_all[2 * m:].tolist()],
-                                         self.criterion, self.n_bins, pool)
+                                         self.criterion, self._n_bins, pool)
                 s_all = np.concatenate([[float(c[0]) for c in cols], [float(c[1]) for c in cols],
                                         [float(c[0]) for c in line]])
         self.candidates_ = torch.from_numpy(np.stack([g_all, t_all, s_all], axis=1))
@@ -659,7 +784,7 @@ class FocalTemperatureScaling(_Calibrator):
         """Log-probabilities ``log focal_map(softmax(logits / T), gamma_ev)``, shape ``(..., K)``."""
         self._require_fitted()
         z = self._check_predict_logits(logits)
-        return maps.log_focal_map_from_logits(z, self.gamma_, self.temperature_)
+        return maps.log_focal_map_from_logits(z, self.gamma_ev_, self.temperature_)
 
 
 class PsiCorrection(_Calibrator):
@@ -681,19 +806,23 @@ class PsiCorrection(_Calibrator):
 
     def __init__(self, gamma: float) -> None:
         super().__init__()
-        self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+        self.gamma = gamma
+        self._validate_params()
         self._is_fitted = True
 
+    def _validate_params(self) -> None:
+        self._gamma = check_gamma(self.gamma, "gamma", minimum=0.0)
+
     def extra_repr(self) -> str:
-        return f"gamma={self.gamma:g}"
+        return f"gamma={self._gamma:g}"
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> PsiCorrection:
         """Validate ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; nothing to fit. Returns ``self``."""
-        z, _ = _check_fit_args(logits, labels)
+        z, _ = _check_fit_args(logits, labels, "PsiCorrection.fit")
         self.n_classes_ = int(z.shape[1])
         return self
 
     def forward(self, logits: ArrayLike) -> torch.Tensor:
         """Log-probabilities ``log Psi^gamma(softmax(logits))``, shape ``(..., K)``."""
         z = self._check_predict_logits(logits)
-        return maps.log_focal_map_from_logits(z, self.gamma)
+        return maps.log_focal_map_from_logits(z, self._gamma)
