@@ -107,17 +107,17 @@ def grid_case(name: str, z: torch.Tensor, y: torch.Tensor, n_pairs: int, exact: 
     total = len(KK_GAMMAS) * len(KK_TEMPERATURES)
     FocalTemperatureScaling(temperatures=[0.5, 1.0]).fit(z[:50], y[:50])  # warm-up (imports, allocator)
     row = {"case": name, "n": int(z.shape[0]), "k": int(z.shape[1]), "pairs_timed": n_pairs}
-    row["fast_wall"], row["fast_cpu"], fast = timed(lambda: FocalTemperatureScaling().fit(z, y))
+    row["fast_wall"], row["fast_cpu"], fast = timed(lambda: FocalTemperatureScaling(criterion="ece_mass").fit(z, y))
     row["fast_exact_pairs"] = fast.n_exact_
-    row["line_wall"], row["line_cpu"], line = timed(lambda: FocalTemperatureScaling(search="line").fit(z, y))
-    row["selected"] = (fast.gamma_, fast.temperature_, fast.best_score_)
+    row["line_wall"], row["line_cpu"], line = timed(lambda: FocalTemperatureScaling(criterion="ece_mass", search="line").fit(z, y))
+    row["selected"] = (fast.gamma_ev_, fast.temperature_, fast.best_score_)
     if exact:
-        row["exact_wall"], row["exact_cpu"], ex = timed(lambda: FocalTemperatureScaling(method="exact").fit(z, y))
-        row["same"] = ((fast.gamma_, fast.temperature_) == (ex.gamma_, ex.temperature_)
+        row["exact_wall"], row["exact_cpu"], ex = timed(lambda: FocalTemperatureScaling(criterion="ece_mass", method="exact").fit(z, y))
+        row["same"] = ((fast.gamma_ev_, fast.temperature_) == (ex.gamma_ev_, ex.temperature_)
                        and abs(fast.best_score_ - ex.best_score_) <= 1e-12)
         row["line_exact_wall"], _, lex = timed(
-            lambda: FocalTemperatureScaling(search="line", method="exact").fit(z, y))
-        row["line_same"] = ((line.gamma_, line.temperature_) == (lex.gamma_, lex.temperature_)
+            lambda: FocalTemperatureScaling(criterion="ece_mass", search="line", method="exact").fit(z, y))
+        row["line_same"] = ((line.gamma_ev_, line.temperature_) == (lex.gamma_ev_, lex.temperature_)
                             and abs(line.best_score_ - lex.best_score_) <= 1e-12)
     row["loop32"] = one_thread(lambda: loop_per_pair(z, y, pairs, torch.float32)) * total
     row["loop64"] = one_thread(lambda: loop_per_pair(z, y, pairs, torch.float64)) * total
@@ -128,11 +128,11 @@ def grid_case(name: str, z: torch.Tensor, y: torch.Tensor, n_pairs: int, exact: 
 def released_table(nets: dict) -> list[dict]:
     rows = []
     for name, (z, y) in nets.items():
-        fw, _, fast = timed(lambda: FocalTemperatureScaling().fit(z, y))
-        ew, _, ex = timed(lambda: FocalTemperatureScaling(method="exact").fit(z, y))
+        fw, _, fast = timed(lambda: FocalTemperatureScaling(criterion="ece_mass").fit(z, y))
+        ew, _, ex = timed(lambda: FocalTemperatureScaling(criterion="ece_mass", method="exact").fit(z, y))
         rows.append({"network": name, "n": int(z.shape[0]), "k": int(z.shape[1]), "fast": fw, "exact": ew,
-                     "exact_pairs": fast.n_exact_, "gamma": fast.gamma_, "T": fast.temperature_,
-                     "same": (fast.gamma_, fast.temperature_) == (ex.gamma_, ex.temperature_)
+                     "exact_pairs": fast.n_exact_, "gamma": fast.gamma_ev_, "T": fast.temperature_,
+                     "same": (fast.gamma_ev_, fast.temperature_) == (ex.gamma_ev_, ex.temperature_)
                      and abs(fast.best_score_ - ex.best_score_) <= 1e-12})
         print(f"  {name}: fast {fw:.2f} s, exact {ew:.2f} s", file=sys.stderr, flush=True)
     return rows
@@ -191,7 +191,7 @@ def print_tables(res: dict) -> None:
     for r in res["grid"]:
         case = f"{r['case']} ({r['n']} x {r['k']})"
         fw = r["fast_wall"]
-        lines = [(f"`FocalTemperatureScaling().fit` (fast; {r['fast_exact_pairs']} of 4500 pairs "
+        lines = [(f"`FocalTemperatureScaling(criterion='ece_mass').fit` (fast; {r['fast_exact_pairs']} of 4500 pairs "
                   f"scored exactly)", fw, r["fast_cpu"])]
         if "exact_wall" in r:
             lines.append(("`method='exact'` (all 4500 pairs in float64)", r["exact_wall"], r["exact_cpu"]))

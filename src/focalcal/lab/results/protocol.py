@@ -195,7 +195,7 @@ def calibrate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: A
             lp = cal(zt)
             t = float(getattr(cal, "temperature_", 1.0))  # Psi has no temperature: T = 1
             if isinstance(cal, FocalTemperatureScaling):
-                g = cal.gamma_
+                g = cal.gamma_ev_
             elif isinstance(cal, PsiCorrection):
                 g = cal.gamma
             else:

@@ -210,7 +210,7 @@ def kk_fit(fit_logits: Any, fit_labels: Any, *, psi_gamma: float | None = None,
     for method, cal in _calibrators(n_bins).items():
         start = time.perf_counter()
         cal.fit(z, fit_labels)
-        params[method] = {"temperature": float(cal.temperature_), "gamma_ev": float(getattr(cal, "gamma_", 0.0)),
+        params[method] = {"temperature": float(cal.temperature_), "gamma_ev": float(getattr(cal, "gamma_ev_", 0.0)),
                           "val_score": float(cal.best_score_), "seconds": time.perf_counter() - start}
     if psi_gamma is not None:
         params["Psi"] = {"temperature": 1.0, "gamma_ev": float(psi_gamma), "val_score": float("nan"), "seconds": 0.0}
