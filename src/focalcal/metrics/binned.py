@@ -14,6 +14,9 @@ from torch import Tensor
 from .._validation import ArrayLike, check_choice, check_int, check_nonempty, check_unit_interval
 from ._inputs import scored, top_label
 
+__all__ = ["BINNINGS", "NORMS", "ReliabilityData", "calibration_error", "classwise_ece", "ece",
+           "mce", "reliability_data"]
+
 BINNINGS = ("width", "mass")
 NORMS = ("l1", "l2", "max")
 
@@ -123,6 +126,19 @@ def calibration_error(confidences: ArrayLike, correct: ArrayLike, *, n_bins: int
     -----
     Vectorised: one ``bucketize`` (or sort + ``searchsorted``) and one ``index_add_`` over all
     samples of all batch entries; no Python loop over bins, samples or batch entries.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import calibration_error
+    >>> conf = torch.tensor([0.95, 0.75, 0.65, 0.55])
+    >>> correct = torch.tensor([True, False, True, True])
+    >>> calibration_error(conf, correct, n_bins=5)  # (0.05 + 2 * 0.2 + 0.45) / 4
+    tensor(0.2250)
+    >>> calibration_error(conf, correct, n_bins=1)  # one bin: |0.725 - 0.75|
+    tensor(0.0250)
+    >>> calibration_error(torch.stack([conf, conf / 2]), correct, n_bins=5)  # a batch of two
+    tensor([0.2250, 0.3875])
     """
     n_bins = _check_bins(n_bins, binning, norm)
     conf = check_unit_interval(confidences, "confidences")
@@ -174,6 +190,19 @@ def ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     -------
     Tensor, shape (...)
         A fraction in [0, 1] (not a percentage); 0-d for ``(N, K)`` input.
+
+    Examples
+    --------
+    A grid of three temperatures in one call (:func:`focalcal.metrics.ece` returns a float for
+    one model):
+
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> logits = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]]).log()
+    >>> labels = torch.tensor([0, 1, 1, 0])
+    >>> temperatures = torch.tensor([0.5, 1.0, 2.0]).view(-1, 1, 1)
+    >>> batched.ece(logits=logits / temperatures, labels=labels, n_bins=5)
+    tensor([0.3807, 0.2250, 0.4297])
     """
     n_bins = _check_bins(n_bins, binning, norm)
     conf, correct = top_label(probs, labels, logits)
@@ -185,6 +214,14 @@ def mce(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     """Maximum calibration error (Mukhoti et al. 2020, eq. 2): ``max_b |A_b - C_b|`` over non-empty bins.
 
     Same as ``ece(..., norm="max")``; shapes and conventions as in :func:`ece`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> batched.mce(probs, torch.tensor([0, 1, 1, 0]), n_bins=5)  # the bin (0.4, 0.6]
+    tensor(0.4500)
     """
     return ece(probs, labels, logits=logits, n_bins=n_bins, binning=binning, norm="max")
 
@@ -206,6 +243,14 @@ def classwise_ece(probs: ArrayLike | None = None, labels: ArrayLike | None = Non
     Shapes and the other conventions as in :func:`ece`. Vectorised over classes: the ``K`` columns
     are binned together, in chunks of rows for equal-width bins (so that the ``N * K`` pass works in
     cache-sized pieces).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> batched.classwise_ece(probs, torch.tensor([0, 1, 1, 0]), n_bins=5)
+    tensor(0.4000)
     """
     n_bins = _check_bins(n_bins, binning, norm)
     scores, name, lab = scored(probs, labels, logits)
@@ -323,6 +368,19 @@ class ReliabilityData:
         Mean confidence in each bin; ``nan`` for empty bins.
     binning : str
         ``"width"`` or ``"mass"``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import reliability_data
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> data = reliability_data(probs, torch.tensor([0, 1, 1, 0]), n_bins=5)
+    >>> data.counts
+    tensor([0, 0, 1, 2, 1])
+    >>> data.gap[2:]  # over-confident where positive
+    tensor([-0.4500,  0.2000, -0.0500], dtype=torch.float64)
+    >>> round(data.ece(), 4)
+    0.225
     """
 
     edges: Tensor
@@ -366,6 +424,17 @@ def reliability_data(probs: ArrayLike | None = None, labels: ArrayLike | None = 
     -------
     ReliabilityData
         float64 tensors (counts int64).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import reliability_data
+    >>> logits = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]]).log()
+    >>> data = reliability_data(logits=logits, labels=torch.tensor([0, 1, 1, 0]), n_bins=5)
+    >>> data.accuracy
+    tensor([   nan,    nan, 1.0000, 0.5000, 1.0000], dtype=torch.float64)
+    >>> data.confidence
+    tensor([   nan,    nan, 0.5500, 0.7000, 0.9500], dtype=torch.float64)
     """
     n_bins = _check_bins(n_bins, binning, "l1")
     conf, correct = top_label(probs, labels, logits)

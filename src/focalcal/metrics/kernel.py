@@ -19,6 +19,8 @@ from torch import Tensor
 from .._validation import ArrayLike, check_choice, check_positive
 from ._inputs import labels_for, logits_batch
 
+__all__ = ["BANDWIDTH_GRID", "MODES", "ece_kde", "kde_bandwidth", "mmce"]
+
 MODES = ("canonical", "top_label")
 #: the authors' bandwidth grid: ``logspace(-5, -1, 15)`` and ``linspace(0.2, 1, 5)``
 BANDWIDTH_GRID = tuple(np.concatenate([np.logspace(-5, -1, 15), np.linspace(0.2, 1.0, 5)]).tolist())
@@ -82,6 +84,17 @@ def mmce(logits: ArrayLike, labels: ArrayLike, *, weighted: bool = True,
     Returns
     -------
     Tensor, 0-d
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import mmce
+    >>> logits = torch.tensor([[2.0, 0.0], [1.5, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, 2.5], [1.0, 0.0]])
+    >>> labels = torch.tensor([0, 0, 1, 1, 1, 0])
+    >>> mmce(logits, labels)
+    tensor(0.5115)
+    >>> mmce(logits, labels, weighted=False)
+    tensor(0.0956)
     """
     weighted, kernel_width = check_mmce_params(weighted, kernel_width)
     x = logits_batch(logits)
@@ -167,6 +180,14 @@ def kde_bandwidth(logits: ArrayLike, *, mode: str = "canonical",
     -------
     float
         The best bandwidth of the grid.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import kde_bandwidth
+    >>> logits = torch.tensor([[2.0, 0.0], [1.5, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, 2.5], [1.0, 0.0]])
+    >>> kde_bandwidth(logits, grid=[0.01, 0.1, 1.0])
+    1.0
     """
     mode = check_choice(mode, "mode", MODES)
     grid = BANDWIDTH_GRID if grid is None else tuple(check_positive(h, "grid") for h in grid)
@@ -216,6 +237,21 @@ def ece_kde(logits: ArrayLike, labels: ArrayLike, *, bandwidth: float | str = "a
     Returns
     -------
     Tensor, 0-d
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import ece_kde
+    >>> logits = torch.tensor([[2.0, 0.0], [1.5, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, 2.5], [1.0, 0.0]])
+    >>> labels = torch.tensor([0, 0, 1, 1, 1, 0])
+    >>> ece_kde(logits, labels, bandwidth=0.1)
+    tensor(0.2592)
+    >>> ece_kde(logits, labels, bandwidth=0.1, mode="top_label")
+    tensor(0.1334)
+    >>> z = logits.clone().requires_grad_()
+    >>> ece_kde(z, labels, bandwidth=0.1).backward()  # differentiable: a training penalty
+    >>> z.grad.shape
+    torch.Size([6, 2])
     """
     bandwidth, p, mode = check_kde_params(bandwidth, p, mode)
     x = logits_batch(logits, min_samples=2)

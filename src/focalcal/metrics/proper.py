@@ -11,6 +11,8 @@ from torch import Tensor
 from .._validation import ArrayLike, check_int, check_probs, check_unit_interval
 from ._inputs import as_probs, log_probs, scored, scores_of, top_label
 
+__all__ = ["Confident", "accuracy", "brier", "frac_confident", "kl_to_posterior", "nll"]
+
 
 def nll(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
         logits: ArrayLike | None = None) -> Tensor:
@@ -22,6 +24,14 @@ def nll(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     ``inf``; pass ``logits=`` for exact values.
 
     Shapes as in :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> probs = torch.tensor([[0.5, 0.5], [0.25, 0.75]], dtype=torch.float64)
+    >>> batched.nll(probs, torch.tensor([0, 1]))  # (log 2 + log 4/3) / 2
+    tensor(0.4904, dtype=torch.float64)
     """
     t, name, lab = scored(probs, labels, logits)
     logp = log_probs(t, name)
@@ -35,6 +45,14 @@ def brier(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
 
     The multi-class sum over classes, not divided by ``K``. Shapes as in
     :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> probs = torch.tensor([[0.5, 0.5], [0.25, 0.75]])
+    >>> batched.brier(probs, torch.tensor([0, 1]))  # (0.25 + 0.25 + 0.0625 + 0.0625) / 2
+    tensor(0.3125)
     """
     t, name, lab = scored(probs, labels, logits)
     p = as_probs(t, name)
@@ -49,6 +67,17 @@ def accuracy(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     ``top_k=1`` breaks ties towards the lowest class index (as :func:`focalcal.metrics.batched.ece`
     does); for ``top_k > 1`` ties at the cut are broken by ``torch.topk``. Shapes as in
     :func:`focalcal.metrics.batched.ece`; returns a Tensor of shape ``(...)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0], [1.0, 2.0, 0.0]])
+    >>> labels = torch.tensor([0, 1, 1])
+    >>> batched.accuracy(logits=torch.stack([logits, -logits]), labels=labels)  # two models
+    tensor([0.6667, 0.0000])
+    >>> batched.accuracy(logits=logits, labels=labels, top_k=2)
+    tensor(1.)
     """
     top_k = check_int(top_k, "top_k", minimum=1)
     scores, _, lab = scored(probs, labels, logits)
@@ -83,6 +112,18 @@ def kl_to_posterior(probs: ArrayLike | None = None, true_probs: ArrayLike | None
     Returns
     -------
     Tensor, shape (...)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> true_probs = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    >>> probs = torch.tensor([[0.75, 0.25]], dtype=torch.float64)
+    >>> batched.kl_to_posterior(probs, true_probs)  # 0.5 log(0.5/0.75) + 0.5 log(0.5/0.25)
+    tensor(0.1438, dtype=torch.float64)
+    >>> logits = torch.tensor([[[0.0, 0.0]], [[1.0, 0.0]]])  # two models, one sample
+    >>> batched.kl_to_posterior(logits=logits, true_probs=torch.tensor([[0.5, 0.5]]))
+    tensor([0.0000, 0.1201])
     """
     if true_probs is None:
         raise ValueError("true_probs is required: pass the known posterior (..., N, K) after the "
@@ -98,7 +139,15 @@ def kl_to_posterior(probs: ArrayLike | None = None, true_probs: ArrayLike | None
 
 
 class Confident(NamedTuple):
-    """Mukhoti et al.'s ``|S99|``: the samples predicted with confidence above a threshold."""
+    """Mukhoti et al.'s ``|S99|``: the samples predicted with confidence above a threshold.
+
+    Examples
+    --------
+    >>> from focalcal.metrics import Confident
+    >>> c = Confident(fraction=0.25, accuracy=1.0, count=1)
+    >>> c.fraction, c.count
+    (0.25, 1)
+    """
 
     fraction: float
     """fraction of samples with top-class probability > threshold"""
@@ -129,6 +178,17 @@ def frac_confident(probs: ArrayLike | None = None, labels: ArrayLike | None = No
     Confident
         ``(fraction, accuracy, count)`` as Python numbers; ``accuracy`` is ``nan`` when
         ``count == 0``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import frac_confident
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> labels = torch.tensor([0, 1, 1, 0])
+    >>> frac_confident(probs, labels, threshold=0.9)
+    Confident(fraction=0.25, accuracy=1.0, count=1)
+    >>> frac_confident(probs, labels, threshold=0.5)
+    Confident(fraction=1.0, accuracy=0.75, count=4)
     """
     thr = float(check_unit_interval(torch.tensor(float(threshold)), "threshold", open_right=True))
     conf, correct = top_label(probs, labels, logits)

@@ -9,6 +9,8 @@ from .._validation import ArrayLike, check_choice
 from ..scores import aurc_weights, check_score, from_log_probs, ranking_key
 from ._inputs import as_log_probs, scored, scores_of
 
+__all__ = ["aurc", "confidence_score", "eaurc"]
+
 
 def confidence_score(probs: ArrayLike | None = None, *, logits: ArrayLike | None = None,
                      score: str = "msp") -> Tensor:
@@ -32,6 +34,18 @@ def confidence_score(probs: ArrayLike | None = None, *, logits: ArrayLike | None
     -------
     Tensor, shape (..., N)
         Scores in [0, 1]; larger means more confident.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import confidence_score
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65]])
+    >>> confidence_score(probs)
+    tensor([0.9500, 0.7500, 0.6500])
+    >>> confidence_score(probs, score="margin")
+    tensor([0.9000, 0.5000, 0.3000])
+    >>> confidence_score(logits=torch.tensor([[0.0, 0.0], [50.0, 0.0]]), score="neg_entropy")
+    tensor([0., 1.])
     """
     check_score(score)
     return from_log_probs(as_log_probs(*scores_of(probs, logits)), score)
@@ -69,6 +83,15 @@ def aurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     -------
     Tensor
         Shape ``(...)`` (shapes as in :func:`focalcal.metrics.batched.ece`), a fraction in [0, 1].
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> labels = torch.tensor([0, 1, 1, 0])  # the one error is the second most confident
+    >>> batched.aurc(probs, labels)  # risks 0, 1/2, 1/3, 1/4 at coverages 1/4, ..., 1
+    tensor(0.2708)
     """
     key, err, dtype = _aurc_inputs(probs, labels, logits, score)
     return (aurc_weights(key, ties=ties) * err).mean(-1).to(dtype)
@@ -89,6 +112,16 @@ def eaurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
         ``(E - (N - E)(H_N - H_{N-E})) / N`` for ``E`` errors (``H`` harmonic numbers), which
         is slightly larger, so that the exact E-AURC is never negative. They differ by ``O(1/N)``.
 
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.metrics import batched
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> labels = torch.tensor([0, 1, 1, 0])
+    >>> batched.eaurc(probs, labels, optimum="exact")  # 0.2708 - 1/16 (the error ranked last)
+    tensor(0.2083)
+    >>> batched.eaurc(probs, labels)  # r + (1 - r) log(1 - r) with r = 1/4 as the optimum
+    tensor(0.2366)
     """
     check_choice(optimum, "optimum", ("asymptotic", "exact"))
     key, err, dtype = _aurc_inputs(probs, labels, logits, score)
