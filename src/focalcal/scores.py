@@ -81,7 +81,18 @@ TIES = ("average", "threshold", "sorted")
 
 
 def check_score(score: str) -> str:
-    """``score`` if it is one of :data:`SCORES`, else ``ValueError`` naming the argument."""
+    """``score`` if it is one of :data:`SCORES`, else ``ValueError`` naming the argument.
+
+    Examples
+    --------
+    >>> from focalcal.scores import check_score
+    >>> check_score("margin")
+    'margin'
+    >>> check_score("entropy")
+    Traceback (most recent call last):
+        ...
+    ValueError: score must be one of 'msp', 'neg_entropy', 'margin'; got 'entropy'
+    """
     return check_choice(score, "score", SCORES)
 
 
@@ -100,6 +111,18 @@ def from_log_probs(log_probs: Tensor, score: str = "msp") -> Tensor:
 
     Differentiable (the selective-risk loss takes gradients through it). See the module docstring
     for the three scores; ``log_probs`` are log-probabilities (e.g. ``log_softmax`` of logits).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.scores import from_log_probs
+    >>> log_probs = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.3, 0.2]]).log()
+    >>> from_log_probs(log_probs, "msp")
+    tensor([0.7000, 0.5000])
+    >>> from_log_probs(log_probs, "margin")
+    tensor([0.5000, 0.2000])
+    >>> from_log_probs(log_probs, "neg_entropy")  # 1 - H(p) / log 3
+    tensor([0.2702, 0.0628])
     """
     score = check_score(score)
     if score == "msp":
@@ -119,6 +142,20 @@ def ranking_key(log_probs: Tensor, score: str = "msp") -> Tensor:
     ``"msp"``: ``log p_max``; ``"margin"``: ``log(p_(1) - p_(2))``; ``"neg_entropy"``:
     ``sum_k p_k log p_k``. In log space a row whose top probability rounds to 1 keeps a distinct
     key, so saturated rows are still ranked by their logits. Not meant for gradients.
+
+    Examples
+    --------
+    Two saturated rows whose top probability rounds to 1 in float64 still rank by their logits
+    (log-probabilities of the logits ``(40, 0)`` and ``(39, 0)``):
+
+    >>> import math, torch
+    >>> from focalcal.scores import from_log_probs, ranking_key
+    >>> log_probs = torch.tensor([[-math.exp(-40), -40.0], [-math.exp(-39), -39.0]], dtype=torch.float64)
+    >>> from_log_probs(log_probs)
+    tensor([1., 1.], dtype=torch.float64)
+    >>> key = ranking_key(log_probs)
+    >>> bool(key[0] > key[1])
+    True
     """
     score = check_score(score)
     if score == "msp":
@@ -152,6 +189,16 @@ def rank_weights(key: Tensor, position_weights: Tensor, *, ties: str = "average"
     ``r`` (0 = most confident). ``"sorted"`` assigns them in the order of a stable descending sort
     of ``key`` (..., N); ``"average"`` gives every tie group the mean of its positions' weights.
     Returns float64 weights of the shape of ``key``, in the input order.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.scores import rank_weights
+    >>> position_weights = torch.tensor([1.0, 2.0, 3.0])  # most confident first
+    >>> rank_weights(torch.tensor([0.2, 0.9, 0.5]), position_weights)
+    tensor([3., 1., 2.], dtype=torch.float64)
+    >>> rank_weights(torch.tensor([0.5, 0.9, 0.5]), position_weights)  # the tie shares 2 and 3
+    tensor([2.5000, 1.0000, 2.5000], dtype=torch.float64)
     """
     check_choice(ties, "ties", ("average", "sorted"))
     srt, order = torch.sort(key.detach(), dim=-1, descending=True, stable=True)
@@ -187,6 +234,17 @@ def aurc_weights(key: Tensor, *, ties: str = "average") -> Tensor:
     Notes
     -----
     ``O(N log N)``: one sort and a cumulative sum, no loop over samples.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.scores import aurc_weights
+    >>> aurc_weights(torch.tensor([0.9, 0.8, 0.7]))  # H_3 - H_0, H_3 - H_1, H_3 - H_2
+    tensor([1.8333, 0.8333, 0.3333], dtype=torch.float64)
+    >>> aurc_weights(torch.tensor([0.9, 0.8, 0.8]))  # the tied pair shares 0.8333 + 0.3333
+    tensor([1.8333, 0.5833, 0.5833], dtype=torch.float64)
+    >>> aurc_weights(torch.tensor([0.9, 0.8, 0.8]), ties="threshold")  # accepted together
+    tensor([1.6667, 0.6667, 0.6667], dtype=torch.float64)
     """
     check_choice(ties, "ties", TIES)
     key = key.detach()
@@ -262,6 +320,15 @@ def smoothed_cdf(scores: ArrayLike, at: ArrayLike | None = None, *, nu: float = 
     Notes
     -----
     ``O(M K)``: one scatter for the counts and one ``(M, K) @ (K,)`` product.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.scores import smoothed_cdf
+    >>> scores = torch.tensor([0.1, 0.5, 0.9])
+    >>> cdf = smoothed_cdf(scores, at=torch.tensor([0.0, 0.5, 1.0]), nu=0.01, n_bins=10)
+    >>> [round(v, 3) for v in cdf.tolist()]  # at 0.5: one score below, one just above (bin centre 0.55)
+    [0.0, 0.336, 0.998]
     """
     s = as_float_tensor(scores, "scores")
     check_nonempty(s, "scores")
