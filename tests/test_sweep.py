@@ -21,6 +21,7 @@ from focalcal.lab import results, sweep
 from focalcal.lab.data import DATASETS
 from focalcal.losses import LOSSES
 from focalcal.lab.models import MODELS
+from focalcal.lab.results.runs import describe_build
 from focalcal.lab.train import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,6 +129,18 @@ def test_only_selects_runs_by_id():
         sweep.select_runs("cpu", "mnist-*")
 
 
+def test_describe_build_of_runs_no_profile_holds(tmp_path):
+    rows = []
+    for i, (run, size) in enumerate((("a", 100), ("b", 300))):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "config.json").write_text(json.dumps({"data": {"train": size}}))
+        rows += [{"run": run, "dataset": "gaussian_mixture", "model": "mlp", "seed": i, "epochs": 2 + i,
+                  "method": m} for m in ("TS (NLL)", "Psi")]
+    assert describe_build(tmp_path, pd.DataFrame(rows)) == (
+        "This page was built from 2 runs of a sweep folder (no single profile holds its runs): "
+        "`gaussian_mixture` (100 to 300 training samples), network `mlp`, 2 to 3 epochs, seeds 0 and 1.")
+
+
 def test_missing_template_is_reported_once_before_any_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FOCALCAL_NOTEBOOKS", str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="papermill template .*train_classifier.md is missing"):
@@ -203,6 +216,15 @@ def test_smoke_sweep_end_to_end(smoke_runs):
         assert rec["rows"] == json.loads((d / "calibration.json").read_text())
         for pattern in LEFTOVERS:
             assert not list(d.glob(pattern)), (r.run_id, pattern)
+    # what a page says it was built from, read from the runs
+    n = sweep.SMOKE_TRAIN["train_subset"]
+    fmnist = table[table["dataset"] == "fashion_mnist"]
+    assert describe_build(smoke_runs, fmnist) == (
+        f"This page was built from {fmnist['run'].nunique()} runs of the sweep profile `smoke`: "
+        f"`fashion_mnist` ({n} training samples), network `cnn`, 1 epoch, seed 0. The `smoke` "
+        f"profile: {sweep.PROFILES['smoke'].description}.")
+    assert f"`gaussian_mixture` ({n} training samples), networks `cnn` and `mlp`" in \
+        describe_build(smoke_runs, table.sort_values("model"))
     # a second invocation finds everything done and runs nothing
     before = {r.run_id: (smoke_runs / "runs" / r.run_id / sweep.RESULT).stat().st_mtime_ns for r in runs}
     again = sweep.run_sweep("smoke", smoke_runs, progress=False)

@@ -17,7 +17,7 @@ import torch
 
 from ..io import torch_load
 
-__all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_histories"]
+__all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_histories", "describe_build"]
 
 #: the environment variable naming the sweep folder a page reads
 RUNS_ENV = "FOCALCAL_RUNS"
@@ -144,3 +144,38 @@ def load_histories(out: str | os.PathLike, results=None):
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
 
+
+def _span(values: list[int], unit: str) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:,} {unit}{'' if lo == 1 else 's'}" if lo == hi else f"{lo:,} to {hi:,} {unit}s"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def describe_build(out: str | os.PathLike, results) -> str:
+    """What a page was built from, in Markdown, read from the runs themselves.
+
+    The sweep profile whose runs include every run of ``results`` (run ids hash every setting,
+    so they tell the profiles apart) and its description, the number of runs, the datasets with
+    their training-set sizes (each run's ``config.json``), the networks, the epochs and the seeds.
+    """
+    from ..sweep import PROFILES
+
+    runs = results.drop_duplicates("run")
+    ids = set(runs["run"])
+    profile = next((name for name, p in PROFILES.items() if ids <= {r.run_id for r in p.expand()}), None)
+    sizes: dict[str, list[int]] = {}
+    for _, r in runs.iterrows():
+        config = json.loads((Path(out) / "runs" / r["run"] / "config.json").read_text())
+        sizes.setdefault(r["dataset"], []).append(int(config["data"]["train"]))
+    nets = [f"`{m}`" for m in dict.fromkeys(runs["model"])]
+    seeds = sorted({int(s) for s in runs["seed"]})
+    source = f"the sweep profile `{profile}`" if profile else "a sweep folder (no single profile holds its runs)"
+    data = _and([f"`{d}` ({_span(n, 'training sample')})" for d, n in sizes.items()])
+    text = (f"This page was built from {len(runs)} runs of {source}: {data}, "
+            f"network{'s' if len(nets) > 1 else ''} {_and(nets)}, "
+            f"{_span([int(e) for e in runs['epochs']], 'epoch')}, "
+            f"seed{'s' if len(seeds) > 1 else ''} {_and([str(s) for s in seeds])}.")
+    return text + (f" The `{profile}` profile: {PROFILES[profile].description}." if profile else "")
