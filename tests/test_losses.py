@@ -916,11 +916,11 @@ def test_bad_input_raises_value_error(fn):
     x, t = rand_batch(6, 3)
     with pytest.raises(ValueError, match="reduction"):
         fn(x, t, reduction="avg")
-    with pytest.raises(ValueError, match="target must have shape"):
+    with pytest.raises(ValueError, match="labels must have shape"):
         fn(x, t[:5])
-    with pytest.raises(ValueError, match=r"target must lie in \[0, 2\]"):
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\]"):
         fn(x, torch.tensor([0, 1, 2, 3, 0, 1]))
-    with pytest.raises(ValueError, match="target must hold integer class indices"):
+    with pytest.raises(ValueError, match="labels must hold integer class indices"):
         fn(x, t.double())
     with pytest.raises(ValueError, match="logits must have at least 2 classes"):
         fn(x[:, :1], t * 0)
@@ -989,3 +989,50 @@ def test_dtypes_and_low_precision():
     assert xb.grad.dtype == torch.bfloat16 and torch.isfinite(xb.grad.float()).all()
     # numpy and list input are accepted
     assert float(L.focal_loss(x.numpy(), t.numpy(), 2.0)) == pytest.approx(float(L.focal_loss(x, t, 2.0)))
+
+
+# --------------------------------------------------------------------------------------------
+# the names a torch user guesses: (logits, labels) everywhere, a class per registry preset
+# --------------------------------------------------------------------------------------------
+
+LOSS_FUNCTIONS = sorted(n for n in L.__all__ if n.endswith("_loss") and n not in ("make_loss", "hessian_trace_loss"))
+
+
+@pytest.mark.parametrize("name", LOSS_FUNCTIONS)
+def test_loss_functions_take_logits_then_labels(name):
+    import inspect
+
+    assert list(inspect.signature(getattr(L, name)).parameters)[:2] == ["logits", "labels"]
+
+
+@pytest.mark.parametrize("name", sorted(L.LOSSES))
+def test_loss_modules_forward_takes_logits_then_labels(name):
+    import inspect
+
+    params = list(inspect.signature(L.make_loss(name).forward).parameters)
+    assert params[:2] == ["logits", "labels"]
+
+
+@pytest.mark.parametrize("name", sorted(set(L.LOSSES) - {"hessian_trace"}))
+def test_labels_by_keyword_and_non_integer_labels_rejected(name):
+    x, t = rand_batch(12, 4, seed=3)
+    loss = L.make_loss(name)
+    torch.testing.assert_close(loss(logits=x, labels=t), loss(x, t))
+    for bad in (t.double(), t.bool(), t.numpy().astype(np.float32)):
+        with pytest.raises(ValueError, match="labels must hold integer class indices"):
+            loss(x, bad)
+
+
+def test_flsd_presets_are_named_classes_of_the_one_implementation():
+    x, t = rand_batch(30, 5, seed=4)
+    assert type(L.make_loss("flsd53")) is L.FLSD53Loss
+    assert type(L.make_loss("flsd532")) is L.FLSD532Loss
+    assert isinstance(L.FLSD53Loss(), L.SampleDependentFocalLoss)
+    assert L.FLSD53Loss().schedule == L.FLSD53 and L.FLSD532Loss().schedule == L.FLSD532
+    torch.testing.assert_close(L.FLSD53Loss()(x, t), L.sample_dependent_focal_loss(x, t, L.FLSD53))
+    torch.testing.assert_close(L.FLSD532Loss(reduction="none")(x, t),
+                               L.sample_dependent_focal_loss(x, t, L.FLSD532, reduction="none"))
+    # FLSD-53 is also flsd_loss with gamma_high = 3 (the released code's three buckets)
+    torch.testing.assert_close(L.FLSD53Loss(reduction="sum")(x, t), L.flsd_loss(x, t, reduction="sum"))
+    with pytest.raises(ValueError, match="schedule"):
+        L.make_loss("flsd53", schedule=L.FLSD532)

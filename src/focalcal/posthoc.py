@@ -146,7 +146,18 @@ _CONF_CHUNK = 1 << 22
 
 
 class NotFittedError(ValueError, AttributeError):
-    """Raised when a calibrator is used before ``fit`` (as scikit-learn's ``NotFittedError``)."""
+    """Raised when a calibrator is used before ``fit`` (as scikit-learn's ``NotFittedError``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.posthoc import NotFittedError, TemperatureScaling
+    >>> try:
+    ...     TemperatureScaling().predict_proba(torch.zeros(1, 3))
+    ... except NotFittedError as err:
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    NotFittedError True
+    """
 
 
 # ============================================================================================
@@ -252,6 +263,21 @@ def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[fl
     -------
     Tensor, shape (len(gammas), len(temperatures)), float64
         Fractions (ECE) or nats (NLL); smaller is better.
+
+    Examples
+    --------
+    >>> from focalcal.posthoc import focal_ts_scores
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(500, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(torch.softmax(z, 1), 1, generator=g).squeeze(1)
+    >>> logits = 3 * z  # an over-confident model: the calibrating T is about 3
+    >>> scores = focal_ts_scores(logits, labels, gammas=[0.0, 0.5, 1.0], temperatures=[1.0, 2.0, 3.0, 4.0])
+    >>> scores.shape
+    torch.Size([3, 4])
+    >>> i = int(scores.argmin())
+    >>> divmod(i, 4)  # (gamma index, temperature index) of the least NLL
+    (0, 2)
     """
     z, y = _check_fit_args(logits, labels, "focal_ts_scores")
     g = _check_grid(gammas, "gammas", lower=-1.0)
@@ -441,6 +467,26 @@ class TemperatureScaling(_Calibrator):
     scores_ : Tensor, shape (n_T,)
         Grid searches only: the criterion at every grid temperature.
     n_classes_ : int
+
+    Examples
+    --------
+    >>> from focalcal.posthoc import TemperatureScaling
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(500, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(torch.softmax(z, 1), 1, generator=g).squeeze(1)
+    >>> logits = 3 * z  # an over-confident model: the calibrating T is about 3
+    >>> ts = TemperatureScaling().fit(logits, labels)  # criterion='nll'
+    >>> round(ts.temperature_, 2)
+    2.87
+    >>> bool(torch.allclose(ts.predict_proba(logits).sum(1), torch.ones(500, dtype=torch.float64)))
+    True
+    >>> TemperatureScaling('ece').fit(logits, labels).temperature_  # Mukhoti's grid 0.1, ..., 10
+    2.7
+    >>> ts.get_params()
+    {'bounds': (0.01, 100.0), 'criterion': 'nll', 'gamma': None, 'grid': None, 'n_bins': 15, 'psi': False}
+    >>> ts.set_params(criterion='ece_mass').criterion
+    'ece_mass'
     """
 
     _fitted_names = ("temperature_", "best_score_", "scores_", "n_classes_")
@@ -615,6 +661,22 @@ class FocalTemperatureScaling(_Calibrator):
     line_ : tuple (float, float)
         ``search="line"``: intercept and slope of ``T(gamma) = intercept + slope * gamma``.
     n_classes_ : int
+
+    Examples
+    --------
+    >>> from focalcal.posthoc import FocalTemperatureScaling
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(500, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(torch.softmax(z, 1), 1, generator=g).squeeze(1)
+    >>> logits = 3 * z  # an over-confident model: the calibrating T is about 3
+    >>> fts = FocalTemperatureScaling(temperatures=[t / 10 for t in range(10, 51)]).fit(logits, labels)
+    >>> fts.gamma_ev_, fts.temperature_
+    (0.25, 3.2)
+    >>> round(fts.best_score_, 4)  # the NLL of the selected pair on the fitting set
+    0.5855
+    >>> fts.predict_proba(logits[:2]).argmax(1) == logits[:2].argmax(1)
+    tensor([True, True])
     """
 
     _fitted_names = ("gamma_ev_", "temperature_", "best_score_", "scores_", "candidates_", "line_",
@@ -800,6 +862,18 @@ class PsiCorrection(_Calibrator):
     ----------
     gamma : float, ``>= 0``
         The training focal-loss ``gamma``. ``0`` is the identity (cross-entropy is proper).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.posthoc import PsiCorrection
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0]])
+    >>> PsiCorrection(gamma=3.0).predict_proba(logits)
+    tensor([[9.9792e-01, 1.5110e-03, 5.7037e-04]])
+    >>> torch.softmax(logits, 1)
+    tensor([[0.8438, 0.1142, 0.0420]])
+    >>> bool(torch.allclose(PsiCorrection(gamma=0.0).predict_proba(logits), torch.softmax(logits, 1)))
+    True
     """
 
     _fitted_names = ("n_classes_",)

@@ -1,6 +1,6 @@
 """Training losses of the five papers, in log space, with finite gradients everywhere.
 
-Every loss is a function ``xxx_loss(logits, target, ..., reduction="mean", ignore_index=-100)``
+Every loss is a function ``xxx_loss(logits, labels, ..., reduction="mean", ignore_index=-100)``
 plus a thin :class:`torch.nn.Module` (``XxxLoss``) that stores its parameters and calls the
 function, and :func:`make_loss` builds any of them by name from :data:`LOSSES` (the sweep and the
 notebooks use it).
@@ -10,7 +10,8 @@ Layout
 ``_core`` (batch preparation, reduction, the fused autograd function), ``focal``
 (cross-entropy, focal, inverse focal, FLSD, FLSc, dual focal, AdaFocal), ``regularised``
 (Brier, label smoothing, MMCE, KDE-XE), ``selective`` (AURC, selective risk),
-``curvature`` (Hutchinson trace, Hessian-trace penalty), ``modules`` (the
+``curvature`` (Hutchinson trace, Hessian-trace penalty, ``lambda_max`` and ``Tr(H)`` over a
+data set, a twice-differentiable focal loss), ``modules`` (the
 ``nn.Module`` forms) and ``registry`` (:data:`LOSSES`, :func:`make_loss`). Confidence scores,
 AURC rank weights and the smoothed CDF come from :mod:`focalcal.scores`; the calibration-error
 penalties (:func:`focalcal.metrics.mmce`, :func:`focalcal.metrics.ece_kde`) from
@@ -19,16 +20,17 @@ penalties (:func:`focalcal.metrics.mmce`, :func:`focalcal.metrics.ece_kde`) from
 Conventions (those of :class:`torch.nn.CrossEntropyLoss`)
 ---------------------------------------------------------
 ``logits`` has shape ``(N, K)``, ``(N, K, d1, ..., dk)`` (class dimension 1) or ``(K,)``
-(one sample); ``target`` holds integer class indices of shape ``(N,)``, ``(N, d1, ..., dk)`` or
-``()`` (the losses say ``target``, as ``torch.nn.functional`` does; the metrics say
-``labels``). Targets equal to ``ignore_index`` are dropped: they contribute 0 to ``"sum"`` and to
-the ``"none"`` output, and ``"mean"`` divides by the number of the other targets. A ``"mean"`` over
-a batch in which *every* target is ignored raises ``ValueError`` (``nn.CrossEntropyLoss`` silently
-returns NaN there; this is the one place where we differ). float16/bfloat16 logits are computed
-in float32. Every loss returns a Tensor: 0-d, or the shape of ``target`` for ``"none"``.
+(one sample); ``labels`` holds integer class indices of shape ``(N,)``, ``(N, d1, ..., dk)`` or
+``()`` (``torch.nn.functional`` says ``target``; focalcal says ``labels`` in the losses, the
+metrics and the calibrators alike; :class:`FLSD53Loss` is ``make_loss("flsd53")``). Labels equal
+to ``ignore_index`` are dropped: they contribute 0 to ``"sum"`` and to the ``"none"`` output, and
+``"mean"`` divides by the number of the other labels. A ``"mean"`` over a batch in which *every*
+label is ignored raises ``ValueError`` (``nn.CrossEntropyLoss`` silently returns NaN there; this
+is the one place where we differ). float16/bfloat16 logits are computed
+in float32. Every loss returns a Tensor: 0-d, or the shape of ``labels`` for ``"none"``.
 
 Batch-coupled losses (MMCE, KDE-XE, AURC, selective risk) are defined on the whole batch (after
-dropping ignored targets). Penalties that are a single number for the batch (MMCE, ECE-KDE) are
+dropping ignored labels). Penalties that are a single number for the batch (MMCE, ECE-KDE) are
 added per sample for ``"none"`` (``ce_i + lamda * penalty``), so ``"mean"`` is the mean of
 ``"none"`` and ``"sum"`` is ``N`` times ``"mean"``.
 
@@ -71,7 +73,14 @@ from __future__ import annotations
 
 from ..scores import SCORES, TIES
 from ._core import REDUCTIONS
-from .curvature import hessian_trace_loss, hutchinson_trace
+from .curvature import (
+    TraceEstimate,
+    focal_loss_reference,
+    hessian_max_eigenvalue,
+    hessian_trace,
+    hessian_trace_loss,
+    hutchinson_trace,
+)
 from .focal import (
     FLSD53,
     FLSD532,
@@ -93,6 +102,8 @@ from .modules import (
     BrierLoss,
     CrossEntropyLoss,
     DualFocalLoss,
+    FLSD53Loss,
+    FLSD532Loss,
     FocalLoss,
     HessianTracePenalty,
     InverseFocalLoss,
@@ -119,6 +130,8 @@ __all__ = [
     "BrierLoss",
     "CrossEntropyLoss",
     "DualFocalLoss",
+    "FLSD53Loss",
+    "FLSD532Loss",
     "FocalLoss",
     "HessianTracePenalty",
     "InverseFocalLoss",
@@ -128,6 +141,7 @@ __all__ = [
     "SampleDependentFocalLoss",
     "ScheduledFocalLoss",
     "SelectiveRiskLoss",
+    "TraceEstimate",
     "adafocal_loss",
     "aurc_loss",
     "brier_loss",
@@ -136,6 +150,9 @@ __all__ = [
     "flsd_loss",
     "focal_gamma_at_epoch",
     "focal_loss",
+    "focal_loss_reference",
+    "hessian_max_eigenvalue",
+    "hessian_trace",
     "hessian_trace_loss",
     "hutchinson_trace",
     "inverse_focal_gamma_threshold",

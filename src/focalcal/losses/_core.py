@@ -60,7 +60,7 @@ def check_lamda(lamda: float) -> float:
 # --------------------------------------------------------------------------------------------
 
 class Batch:
-    """Logits flattened to (M, K) and targets to (M,), with what is needed to undo it."""
+    """Logits flattened to (M, K) and labels to (M,), with what is needed to undo it."""
 
     __slots__ = ("x", "t", "valid", "n_valid", "out_shape", "logits")
 
@@ -78,7 +78,7 @@ class Batch:
         return self.x.shape[1]
 
     def selected(self) -> tuple[Tensor, Tensor]:
-        """(logits, targets) of the non-ignored samples (for batch-coupled losses)."""
+        """(logits, labels) of the non-ignored samples (for batch-coupled losses)."""
         if self.valid is None:
             return self.x, self.t
         return self.x[self.valid], self.t[self.valid]
@@ -91,9 +91,9 @@ class Batch:
         return out.masked_scatter(self.valid, per_sample)
 
 
-def prepare(logits: ArrayLike, target: ArrayLike, ignore_index: int, reduction: str,
+def prepare(logits: ArrayLike, labels: ArrayLike, ignore_index: int, reduction: str,
             min_samples: int = 0) -> Batch:
-    """Check and flatten ``(logits, target)``; raises ``ValueError`` naming the bad argument."""
+    """Check and flatten ``(logits, labels)``; raises ``ValueError`` naming the bad argument."""
     if not isinstance(logits, Tensor):
         try:
             logits = torch.as_tensor(np.asarray(logits))
@@ -101,32 +101,32 @@ def prepare(logits: ArrayLike, target: ArrayLike, ignore_index: int, reduction: 
             raise ValueError(f"logits must be an array of numbers, got {type(logits).__name__}") from err
     if not logits.is_floating_point():
         raise ValueError(f"logits must be a floating tensor, got dtype {logits.dtype}")
-    if not isinstance(target, Tensor):
+    if not isinstance(labels, Tensor):
         try:
-            target = torch.as_tensor(np.asarray(target))
+            labels = torch.as_tensor(np.asarray(labels))
         except (TypeError, ValueError) as err:
-            raise ValueError("target must be an array of integer class indices") from err
-    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-        raise ValueError(f"target must hold integer class indices, got dtype {target.dtype} "
+            raise ValueError("labels must be an array of integer class indices") from err
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must hold integer class indices, got dtype {labels.dtype} "
                          f"(probability targets are not supported)")
     if logits.dim() == 0:
         raise ValueError("logits must have a class dimension, got a 0-d tensor")
     if logits.dim() == 1:
-        if target.dim() != 0:
-            raise ValueError(f"for logits of shape (K,) target must be a 0-d tensor, got shape "
-                             f"{tuple(target.shape)}")
-        x, t, out_shape = logits.unsqueeze(0), target.reshape(1), ()
+        if labels.dim() != 0:
+            raise ValueError(f"for logits of shape (K,) labels must be a 0-d tensor, got shape "
+                             f"{tuple(labels.shape)}")
+        x, t, out_shape = logits.unsqueeze(0), labels.reshape(1), ()
     else:
         expected = (logits.shape[0],) + tuple(logits.shape[2:])
-        if tuple(target.shape) != expected:
-            raise ValueError(f"target must have shape {expected} for logits of shape "
-                             f"{tuple(logits.shape)} (class dimension 1), got {tuple(target.shape)}")
+        if tuple(labels.shape) != expected:
+            raise ValueError(f"labels must have shape {expected} for logits of shape "
+                             f"{tuple(logits.shape)} (class dimension 1), got {tuple(labels.shape)}")
         out_shape = expected
         if logits.dim() == 2:
-            x, t = logits, target
+            x, t = logits, labels
         else:
             x = logits.movedim(1, -1).reshape(-1, logits.shape[1])
-            t = target.reshape(-1)
+            t = labels.reshape(-1)
     k = x.shape[1]
     if k < 2:
         raise ValueError(f"logits must have at least 2 classes, got shape {tuple(logits.shape)}")
@@ -138,21 +138,21 @@ def prepare(logits: ArrayLike, target: ArrayLike, ignore_index: int, reduction: 
         t = t.to(device=x.device, dtype=torch.long)
     lo, hi = torch.aminmax(t)
     valid, n_valid = None, x.shape[0]
-    # fast path: every target is a class and ignore_index is not (the default -100)
+    # fast path: every label is a class and ignore_index is not (the default -100)
     if int(lo) < 0 or int(hi) >= k or 0 <= ignore_index < k:
         valid = t != ignore_index
         bad = valid & ((t < 0) | (t >= k))
         if bool(bad.any()):
             vals = t[bad]
-            raise ValueError(f"target must lie in [0, {k - 1}] or equal ignore_index={ignore_index}; "
+            raise ValueError(f"labels must lie in [0, {k - 1}] or equal ignore_index={ignore_index}; "
                              f"got values in [{int(vals.min())}, {int(vals.max())}]")
         n_valid = int(valid.sum())
         if n_valid == 0 and reduction == "mean":
-            raise ValueError(f"every target equals ignore_index={ignore_index}; the mean over no "
+            raise ValueError(f"every label equals ignore_index={ignore_index}; the mean over no "
                              f"samples is undefined (use reduction='sum' or 'none')")
         t = torch.where(valid, t, torch.zeros_like(t))
     if n_valid < min_samples:
-        raise ValueError(f"logits must hold at least {min_samples} sample(s) whose target is not "
+        raise ValueError(f"logits must hold at least {min_samples} sample(s) whose label is not "
                          f"ignore_index for this loss, got {n_valid}")
     return Batch(x, t, valid, n_valid, out_shape, logits)
 

@@ -105,26 +105,37 @@ def focal_family(batch: Batch, gamma: float | GammaFn, inverse: bool,
 # cross-entropy, focal, inverse focal
 # --------------------------------------------------------------------------------------------
 
-def cross_entropy_loss(logits: ArrayLike, target: ArrayLike, *, reduction: str = "mean",
+def cross_entropy_loss(logits: ArrayLike, labels: ArrayLike, *, reduction: str = "mean",
                        ignore_index: int = -100) -> Tensor:
     """Cross-entropy ``-log p_t`` (the reference); ``F.cross_entropy`` after input checks.
 
     Parameters
     ----------
     logits : Tensor, shape (N, K), (N, K, d1, ...) or (K,)
-    target : Tensor of int, shape (N,), (N, d1, ...) or ()
+    labels : Tensor of int, shape (N,), (N, d1, ...) or ()
     reduction : {"mean", "sum", "none"}
     ignore_index : int
-        Targets with this value are skipped, as in :class:`torch.nn.CrossEntropyLoss`.
+        Labels with this value are skipped, as in :class:`torch.nn.CrossEntropyLoss`.
 
     Returns
     -------
     Tensor
-        Scalar, or the shape of ``target`` for ``reduction="none"``.
+        Scalar, or the shape of ``labels`` for ``reduction="none"``.
+
+    Examples
+    --------
+    >>> from focalcal.losses import cross_entropy_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> cross_entropy_loss(logits, labels)
+    tensor(0.5447)
+    >>> bool(torch.allclose(cross_entropy_loss(logits, labels), torch.nn.functional.cross_entropy(logits, labels)))
+    True
     """
     reduction = check_reduction(reduction)
     ignore_index = check_ignore_index(ignore_index)
-    batch = prepare(logits, target, ignore_index, reduction)
+    batch = prepare(logits, labels, ignore_index, reduction)
     if batch.valid is None and reduction != "none":
         return check_output(F.cross_entropy(batch.x, batch.t, reduction=reduction), batch)
     out = F.cross_entropy(batch.x, batch.t, reduction="none")
@@ -133,7 +144,7 @@ def cross_entropy_loss(logits: ArrayLike, target: ArrayLike, *, reduction: str =
     return reduce_loss(out, batch, reduction)
 
 
-def focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 3.0, *, reduction: str = "mean",
+def focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 3.0, *, reduction: str = "mean",
                ignore_index: int = -100) -> Tensor:
     """Focal loss ``-(1 - p_t)^gamma log p_t`` (Lin et al. 2017; Mukhoti et al. 2020).
 
@@ -144,14 +155,27 @@ def focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 3.0, *, redu
     ----------
     gamma : float, >= 0
         Focusing parameter (Mukhoti's best fixed value, 3, by default).
+
+    Examples
+    --------
+    >>> from focalcal.losses import focal_loss, cross_entropy_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> focal_loss(logits, labels, gamma=3.0)
+    tensor(0.1655)
+    >>> focal_loss(logits, labels, gamma=3.0, reduction='none')
+    tensor([0.0006, 0.4952, 0.0006])
+    >>> bool(focal_loss(logits, labels, gamma=0.0) == cross_entropy_loss(logits, labels))
+    True
     """
     gamma = check_gamma(gamma, "gamma", minimum=0.0)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction)
     return focal_family(batch, gamma, False, reduction)
 
 
-def inverse_focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 2.0, *,
+def inverse_focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 2.0, *,
                        reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Inverse focal loss ``-(1 + p_t)^gamma log p_t`` (Wang et al. 2021; Zhou et al. 2025, Def. 3.2).
 
@@ -160,10 +184,19 @@ def inverse_focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 2.0,
     (``1/W(1/e)``, about 3.59); above it the loss pushes some correct-class
     probabilities down. Default ``gamma = 2`` (Zhou et al., Table 2, CIFAR-10 ResNet-50).
     Shapes, ``reduction`` and ``ignore_index`` as in :func:`cross_entropy_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import inverse_focal_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> inverse_focal_loss(logits, labels, gamma=2.0)
+    tensor(1.0853)
     """
     gamma = check_gamma(gamma, "gamma", minimum=0.0)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction)
     return focal_family(batch, gamma, True, reduction)
 
 
@@ -180,6 +213,13 @@ def inverse_focal_gamma_threshold() -> tuple[float, float]:
         ``(3.5911..., 0.2785...)`` = ``(1/W(1/e), W(1/e))`` with Lambert's ``W`` (at the minimum
         ``-p log p = p (1 + p)``, i.e. ``log p = -(1 + p)``). What Zhou et al. (2025) state is
         on the book's errata page (``book/theory/errata.md``).
+
+    Examples
+    --------
+    >>> from focalcal.losses import inverse_focal_gamma_threshold
+    >>> gamma, p = inverse_focal_gamma_threshold()
+    >>> round(gamma, 4), round(p, 4)
+    (3.5911, 0.2785)
     """
     from scipy.optimize import minimize_scalar
 
@@ -242,7 +282,7 @@ def _schedule_gamma_fn(pairs: tuple[tuple[float, float], ...]) -> Callable[[Tens
     return gamma_of
 
 
-def sample_dependent_focal_loss(logits: ArrayLike, target: ArrayLike,
+def sample_dependent_focal_loss(logits: ArrayLike, labels: ArrayLike,
                                 schedule: Sequence[tuple[float, float]],
                                 *, reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Focal loss whose ``gamma`` depends on the sample's ``p_t`` (Mukhoti et al. 2020, §4).
@@ -258,14 +298,24 @@ def sample_dependent_focal_loss(logits: ArrayLike, target: ArrayLike,
         :func:`prop2_schedule` derives one from Mukhoti's Prop. 2. ``gamma`` is chosen from the
         detached ``p_t``, so no gradient flows through the choice.
 
+    Examples
+    --------
+    >>> from focalcal.losses import sample_dependent_focal_loss, FLSD53
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> FLSD53
+    ((0.2, 5.0), (1.0, 3.0))
+    >>> sample_dependent_focal_loss(logits, labels, FLSD53)
+    tensor(0.1655)
     """
     pairs = check_schedule(schedule)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction)
     return focal_family(batch, _schedule_gamma_fn(pairs), False, reduction)
 
 
-def flsd_loss(logits: ArrayLike, target: ArrayLike, gamma_high: float = 3.0, *,
+def flsd_loss(logits: ArrayLike, labels: ArrayLike, gamma_high: float = 3.0, *,
               reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """FLSD-53 (``gamma_high = 3``) and FLSD-532 (``gamma_high = 2``) of Mukhoti et al. (2020).
 
@@ -273,9 +323,20 @@ def flsd_loss(logits: ArrayLike, target: ArrayLike, gamma_high: float = 3.0, *,
     ``p_t >= 0.5``. This is the released code's form (``FocalLossAdaptive(gamma=gamma_high)``);
     with ``gamma_high = 3`` it is the paper's FLSD-53 "5 if ``p_t in [0, 0.2)``, else 3" (§5.1),
     and with ``gamma_high = 2`` the FLSD-532 of App. E.
+
+    Examples
+    --------
+    >>> from focalcal.losses import flsd_loss, sample_dependent_focal_loss, FLSD532
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> flsd_loss(logits, labels)
+    tensor(0.1655)
+    >>> bool(flsd_loss(logits, labels, gamma_high=2.0) == sample_dependent_focal_loss(logits, labels, FLSD532))
+    True
     """
     gamma_high = check_gamma(gamma_high, "gamma_high", minimum=0.0)
-    return sample_dependent_focal_loss(logits, target, ((0.2, 5.0), (0.5, 3.0), (1.0, gamma_high)),
+    return sample_dependent_focal_loss(logits, labels, ((0.2, 5.0), (0.5, 3.0), (1.0, gamma_high)),
                                        reduction=reduction, ignore_index=ignore_index)
 
 
@@ -293,6 +354,12 @@ def prop2_schedule(thresholds: Sequence[float]) -> tuple[tuple[float, float], ..
     -------
     tuple of (threshold, gamma)
         Usable as ``schedule`` of :func:`sample_dependent_focal_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import prop2_schedule
+    >>> [(th, round(g, 2)) for th, g in prop2_schedule([0.2, 0.25])]
+    [(0.2, 4.85), (1.0, 3.07)]
     """
     from ..maps import gamma_star
 
@@ -317,6 +384,12 @@ def focal_gamma_at_epoch(epoch: int, gammas: Sequence[float] = (5.0, 3.0, 1.0),
     ``gammas[k]`` for the 0-based ``epoch`` with ``k = #{m in milestones : m <= epoch}``;
     FLSc-531 is ``gammas=(5, 3, 1), milestones=(100, 250)`` (gamma 5 for the first 100 epochs,
     3 for the next 150, 1 for the last 100 of 350), FLSc-532 ends with 2.
+
+    Examples
+    --------
+    >>> from focalcal.losses import focal_gamma_at_epoch
+    >>> [focal_gamma_at_epoch(e) for e in (0, 99, 100, 249, 250)]
+    [5.0, 5.0, 3.0, 3.0, 1.0]
     """
     epoch = check_int(epoch, "epoch", minimum=0)
     k = sum(1 for m in milestones if m <= epoch)
@@ -339,13 +412,23 @@ def check_epoch_schedule(gammas: Sequence[float], milestones: Sequence[int]
     return g, m
 
 
-def scheduled_focal_loss(logits: ArrayLike, target: ArrayLike, epoch: int,
+def scheduled_focal_loss(logits: ArrayLike, labels: ArrayLike, epoch: int,
                          gammas: Sequence[float] = (5.0, 3.0, 1.0),
                          milestones: Sequence[int] = (100, 250), *, reduction: str = "mean",
                          ignore_index: int = -100) -> Tensor:
-    """Focal loss with ``gamma = focal_gamma_at_epoch(epoch, gammas, milestones)`` (FLSc)."""
+    """Focal loss with ``gamma = focal_gamma_at_epoch(epoch, gammas, milestones)`` (FLSc).
+
+    Examples
+    --------
+    >>> from focalcal.losses import scheduled_focal_loss, focal_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> bool(scheduled_focal_loss(logits, labels, epoch=120) == focal_loss(logits, labels, gamma=3.0))
+    True
+    """
     g, m = check_epoch_schedule(gammas, milestones)
-    return focal_loss(logits, target, focal_gamma_at_epoch(epoch, g, m), reduction=reduction,
+    return focal_loss(logits, labels, focal_gamma_at_epoch(epoch, g, m), reduction=reduction,
                       ignore_index=ignore_index)
 
 
@@ -377,7 +460,7 @@ def _competitor_paper(t: Tensor) -> Callable[[Tensor], tuple[Tensor, None, Tenso
     """Index (t, j) with ``j = argmax_{k != t} log p_k``."""
 
     def index(logp: Tensor) -> tuple[Tensor, None, Tensor]:
-        # mask the target in place (and restore it): no copy of the (M, K) log-probabilities;
+        # mask the labelled column in place (and restore it): no copy of the (M, K) log-probabilities;
         # index_fill_/index_copy_ on the flat view are faster than scatter_ on the CPU
         flat = logp.view(-1)
         pos = torch.arange(logp.shape[0], device=logp.device) * logp.shape[1] + t
@@ -406,7 +489,7 @@ def _competitor_released(t: Tensor) -> Callable[[Tensor], tuple[Tensor, Tensor, 
     return index
 
 
-def dual_focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 5.0, *,
+def dual_focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 5.0, *,
                     variant: str = "paper", reduction: str = "mean", ignore_index: int = -100
                     ) -> Tensor:
     """Dual focal loss ``-(1 - p_t + p_j)^gamma log p_t`` (Tao et al. 2023).
@@ -421,7 +504,7 @@ def dual_focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 5.0, *,
         ``"paper"``: ``p_j = max_{k != t} p_k``, the strongest competitor (Tao et al., eq. 24 of
         Zhou et al.). ``"released"``: ``p_j`` = the largest probability strictly below ``p_t`` and 0
         if there is none (``DualFocalLoss`` of github.com/Linwei94/ICML2023-DualFocalLoss). Both
-        agree when the target is the unique argmax. For a misclassified sample the released form
+        agree when the labelled class is the unique argmax. For a misclassified sample the released form
         replaces the competitor by a smaller probability, so it down-weights hard samples
         (Zhou et al., App. C.3), and it jumps wherever ``p_t`` crosses another probability (the
         paper form is continuous). The competitor is chosen by comparing log-probabilities (the
@@ -429,11 +512,21 @@ def dual_focal_loss(logits: ArrayLike, target: ArrayLike, gamma: float = 5.0, *,
         among exact ties we take the highest class index); the gradient flows through both
         ``p_t`` and ``p_j``.
 
+    Examples
+    --------
+    >>> from focalcal.losses import dual_focal_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> dual_focal_loss(logits, labels, gamma=5.0)
+    tensor(0.9780)
+    >>> dual_focal_loss(logits, labels, gamma=5.0, variant='released')
+    tensor(0.0871)
     """
     gamma = check_gamma(gamma, "gamma", minimum=0.0)
     variant = check_choice(variant, "variant", DUAL_VARIANTS)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction)
     pick = _competitor_paper(batch.t) if variant == "paper" else _competitor_released(batch.t)
     return fused_loss(batch, pick, _phi_dual(gamma), reduction)
 
@@ -479,7 +572,7 @@ def check_adafocal_state(bin_edges: ArrayLike, gammas: ArrayLike) -> tuple[Tenso
     return edges, g
 
 
-def adafocal_loss(logits: ArrayLike, target: ArrayLike, bin_edges: ArrayLike, gammas: ArrayLike, *,
+def adafocal_loss(logits: ArrayLike, labels: ArrayLike, bin_edges: ArrayLike, gammas: ArrayLike, *,
                   reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """AdaFocal loss for given per-bin ``gamma`` (Ghosh et al. 2022); state in :class:`AdaFocalLoss`.
 
@@ -495,10 +588,22 @@ def adafocal_loss(logits: ArrayLike, target: ArrayLike, bin_edges: ArrayLike, ga
         Non-decreasing bin edges in [0, 1] (from the validation set's equal-mass bins).
     gammas : Tensor, shape (M,)
         Signed per-bin ``gamma``.
+
+    Examples
+    --------
+    >>> from focalcal.losses import adafocal_loss, focal_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> edges, gammas = torch.tensor([0.0, 0.5, 1.0]), torch.tensor([3.0, -1.0])
+    >>> adafocal_loss(logits, labels, edges, gammas)
+    tensor(0.3738)
+    >>> bool(adafocal_loss(logits, labels, edges, torch.tensor([3.0, 3.0])) == focal_loss(logits, labels, 3.0))
+    True
     """
     edges, g = check_adafocal_state(bin_edges, gammas)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction)
     tables = adafocal_tables(edges, g, batch.x.dtype, batch.x.device)
     return focal_family(batch, adafocal_gamma_fn(*tables), False, reduction)
 
@@ -524,7 +629,7 @@ def check_adafocal_params(n_bins: int, lamda: float, gamma_initial: float, gamma
 
 
 @torch.no_grad()
-def adafocal_update(gammas: Tensor, val_logits: ArrayLike, val_target: ArrayLike, *, lamda: float,
+def adafocal_update(gammas: Tensor, val_logits: ArrayLike, val_labels: ArrayLike, *, lamda: float,
                     gamma_min: float, gamma_max: float, switch_pt: float, ignore_index: int = -100
                     ) -> tuple[Tensor, Tensor, Tensor]:
     """One AdaFocal update of the signed per-bin ``gammas`` (M,) from validation data.
@@ -541,7 +646,7 @@ def adafocal_update(gammas: Tensor, val_logits: ArrayLike, val_target: ArrayLike
     (gammas, bin_edges, gaps) : Tensor (M,), Tensor (M+1,), Tensor (M,)
         float64 on the CPU.
     """
-    batch = prepare(val_logits, val_target, ignore_index, "mean", min_samples=1)
+    batch = prepare(val_logits, val_labels, ignore_index, "mean", min_samples=1)
     x, t = batch.selected()
     m = gammas.numel()
     rd = reliability_data(logits=x.detach().to(torch.float64).cpu(), labels=t.cpu(), n_bins=m, binning="mass")

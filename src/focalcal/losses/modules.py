@@ -21,6 +21,7 @@ from .curvature import hessian_trace_loss
 from .focal import (
     DUAL_VARIANTS,
     FLSD53,
+    FLSD532,
     adafocal_gamma_fn,
     adafocal_tables,
     adafocal_update,
@@ -54,49 +55,137 @@ class _LossModule(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 class CrossEntropyLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.cross_entropy_loss`."""
+    """Module form of :func:`~focalcal.losses.cross_entropy_loss`.
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return cross_entropy_loss(logits, target, **self._kw())
+    Examples
+    --------
+    >>> from focalcal.losses import CrossEntropyLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> loss_fn = CrossEntropyLoss(reduction='sum')
+    >>> loss_fn(logits, labels)
+    tensor(1.6341)
+    """
+
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return cross_entropy_loss(logits, labels, **self._kw())
 
 
 class FocalLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.focal_loss`."""
+    """Module form of :func:`~focalcal.losses.focal_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import FocalLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> loss_fn = FocalLoss(gamma=3.0)
+    >>> loss_fn
+    FocalLoss(gamma=3.0, reduction='mean')
+    >>> loss_fn(logits, labels)
+    tensor(0.1655)
+    """
 
     def __init__(self, gamma: float = 3.0, reduction: str = "mean", ignore_index: int = -100) -> None:
         super().__init__(reduction, ignore_index)
         self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return focal_loss(logits, target, self.gamma, **self._kw())
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return focal_loss(logits, labels, self.gamma, **self._kw())
 
     def extra_repr(self) -> str:
         return f"gamma={self.gamma}, reduction={self.reduction!r}"
 
 
 class InverseFocalLoss(FocalLoss):
-    """Module form of :func:`~focalcal.losses.inverse_focal_loss`."""
+    """Module form of :func:`~focalcal.losses.inverse_focal_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import InverseFocalLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> InverseFocalLoss(gamma=2.0)(logits, labels)
+    tensor(1.0853)
+    """
 
     def __init__(self, gamma: float = 2.0, reduction: str = "mean", ignore_index: int = -100) -> None:
         super().__init__(gamma, reduction, ignore_index)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return inverse_focal_loss(logits, target, self.gamma, **self._kw())
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return inverse_focal_loss(logits, labels, self.gamma, **self._kw())
 
 
 class SampleDependentFocalLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.sample_dependent_focal_loss` (FLSD-53 by default)."""
+    """Module form of :func:`~focalcal.losses.sample_dependent_focal_loss` (FLSD-53 by default).
+
+    Examples
+    --------
+    >>> from focalcal.losses import SampleDependentFocalLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> loss_fn = SampleDependentFocalLoss(schedule=[(0.2, 5.0), (1.0, 3.0)])
+    >>> loss_fn.schedule
+    ((0.2, 5.0), (1.0, 3.0))
+    >>> loss_fn(logits, labels)
+    tensor(0.1655)
+    """
 
     def __init__(self, schedule: Sequence[tuple[float, float]] = FLSD53, reduction: str = "mean",
                  ignore_index: int = -100) -> None:
         super().__init__(reduction, ignore_index)
         self.schedule = check_schedule(schedule)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return sample_dependent_focal_loss(logits, target, self.schedule, **self._kw())
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return sample_dependent_focal_loss(logits, labels, self.schedule, **self._kw())
 
     def extra_repr(self) -> str:
         return f"schedule={self.schedule}, reduction={self.reduction!r}"
+
+
+class FLSD53Loss(SampleDependentFocalLoss):
+    """FLSD-53 of Mukhoti et al. (2020): ``gamma = 5`` for ``p_t < 0.2``, else ``3``.
+
+    :class:`SampleDependentFocalLoss` with ``schedule=FLSD53`` fixed (the registry's
+    ``make_loss("flsd53")``); only ``reduction`` and ``ignore_index`` are parameters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.losses import FLSD53Loss, focal_loss
+    >>> logits, labels = torch.tensor([[2.0, 0.0, -1.0], [3.0, 0.0, -1.0]]), torch.tensor([0, 2])
+    >>> FLSD53Loss(reduction="none")(logits, labels)  # p_t = 0.84 gets gamma 3, p_t = 0.02 gamma 5
+    tensor([6.4736e-04, 3.7290e+00])
+    >>> focal_loss(logits[:1], labels[:1], gamma=3.0), focal_loss(logits[1:], labels[1:], gamma=5.0)
+    (tensor(0.0006), tensor(3.7290))
+    """
+
+    def __init__(self, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(FLSD53, reduction, ignore_index)
+
+
+class FLSD532Loss(SampleDependentFocalLoss):
+    """FLSD-532 of Mukhoti et al. (2020, App. E): ``gamma`` 5 below ``p_t = 0.2``, 3 below 0.5, else 2.
+
+    :class:`SampleDependentFocalLoss` with ``schedule=FLSD532`` fixed (``make_loss("flsd532")``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.losses import FLSD532Loss
+    >>> FLSD532Loss().schedule
+    ((0.2, 5.0), (0.5, 3.0), (1.0, 2.0))
+    >>> logits, labels = torch.tensor([[2.0, 0.0, -1.0], [3.0, 0.0, -1.0]]), torch.tensor([0, 2])
+    >>> FLSD532Loss(reduction="none")(logits, labels)  # p_t = 0.84 gets gamma 2, p_t = 0.02 gamma 5
+    tensor([0.0041, 3.7290])
+    """
+
+    def __init__(self, reduction: str = "mean", ignore_index: int = -100) -> None:
+        super().__init__(FLSD532, reduction, ignore_index)
 
 
 class ScheduledFocalLoss(_LossModule):
@@ -109,6 +198,21 @@ class ScheduledFocalLoss(_LossModule):
     total_epochs : int, optional
         If given, the milestones (which refer to Mukhoti's 350-epoch runs) are rescaled by
         ``total_epochs / 350`` and rounded, so that a shorter run keeps the proportions.
+
+    Examples
+    --------
+    >>> from focalcal.losses import ScheduledFocalLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> loss_fn = ScheduledFocalLoss(total_epochs=35)
+    >>> loss_fn.milestones
+    (10, 25)
+    >>> loss_fn.set_epoch(12)
+    >>> loss_fn.gamma
+    3.0
+    >>> loss_fn(logits, labels)
+    tensor(0.1655)
     """
 
     def __init__(self, gammas: Sequence[float] = (5.0, 3.0, 1.0), milestones: Sequence[int] = (100, 250),
@@ -132,15 +236,25 @@ class ScheduledFocalLoss(_LossModule):
     def gamma(self) -> float:
         return focal_gamma_at_epoch(self.epoch, self.gammas, self.milestones)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return focal_loss(logits, target, self.gamma, **self._kw())
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return focal_loss(logits, labels, self.gamma, **self._kw())
 
     def extra_repr(self) -> str:
         return f"gammas={self.gammas}, milestones={self.milestones}, epoch={self.epoch}"
 
 
 class DualFocalLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.dual_focal_loss`."""
+    """Module form of :func:`~focalcal.losses.dual_focal_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import DualFocalLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> DualFocalLoss(gamma=5.0)(logits, labels)
+    tensor(0.9780)
+    """
 
     def __init__(self, gamma: float = 5.0, variant: str = "paper", reduction: str = "mean",
                  ignore_index: int = -100) -> None:
@@ -148,8 +262,8 @@ class DualFocalLoss(_LossModule):
         self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
         self.variant = check_choice(variant, "variant", DUAL_VARIANTS)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return dual_focal_loss(logits, target, self.gamma, variant=self.variant, **self._kw())
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return dual_focal_loss(logits, labels, self.gamma, variant=self.variant, **self._kw())
 
     def extra_repr(self) -> str:
         return f"gamma={self.gamma}, variant={self.variant!r}"
@@ -178,6 +292,19 @@ class AdaFocalLoss(_LossModule):
     and then adopts the validation bin edges. Defaults: 15 bins, ``lamda = 1``, ``gamma_initial =
     1``, ``gamma_max = 20``, ``switch_pt = 0.2`` (released ``main.py``); ``gamma_min`` defaults to
     ``-gamma_max`` (symmetric clipping); the released script uses ``gamma_min = -2``.
+
+    Examples
+    --------
+    >>> from focalcal.losses import AdaFocalLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> loss_fn = AdaFocalLoss(n_bins=2)
+    >>> loss_fn(logits, labels)
+    tensor(0.3309)
+    >>> gaps = loss_fn.update(logits, labels)
+    >>> loss_fn.gammas
+    tensor([1.5712, 0.8554], dtype=torch.float64)
     """
 
     def __init__(self, n_bins: int = 15, lamda: float = 1.0, gamma_initial: float = 1.0,
@@ -194,10 +321,10 @@ class AdaFocalLoss(_LossModule):
     def n_bins(self) -> int:
         return self.gammas.numel()
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
         # the state was checked when it was set; the tables in the logits' dtype are cached
         # until the buffers change (update, load_state_dict, in-place edits bump _version)
-        batch = prepare(logits, target, self.ignore_index, self.reduction)
+        batch = prepare(logits, labels, self.ignore_index, self.reduction)
         key = (batch.x.dtype, batch.x.device, self.gammas.data_ptr(), self.gammas._version,
                self.bin_edges.data_ptr(), self.bin_edges._version)
         if self._table_key != key:
@@ -207,8 +334,8 @@ class AdaFocalLoss(_LossModule):
         return focal_family(batch, self._gamma_fn, False, self.reduction)
 
     @torch.no_grad()
-    def update(self, val_logits: ArrayLike, val_target: ArrayLike) -> Tensor:
-        """Update the per-bin ``gamma`` from validation logits (N, K) and targets (N,); returns gaps.
+    def update(self, val_logits: ArrayLike, val_labels: ArrayLike) -> Tensor:
+        """Update the per-bin ``gamma`` from validation logits (N, K) and labels (N,); returns gaps.
 
         See ``focalcal.losses.focal.adafocal_update``.
 
@@ -217,7 +344,7 @@ class AdaFocalLoss(_LossModule):
         Tensor, shape (M,), float64
             The calibration gaps ``C_b - A_b`` that drove the update.
         """
-        gammas, edges, gap = adafocal_update(self.gammas, val_logits, val_target, lamda=self.lamda,
+        gammas, edges, gap = adafocal_update(self.gammas, val_logits, val_labels, lamda=self.lamda,
                                              gamma_min=self.gamma_min, gamma_max=self.gamma_max,
                                              switch_pt=self.switch_pt, ignore_index=self.ignore_index)
         self.gammas.copy_(gammas.to(self.gammas.device))
@@ -234,25 +361,55 @@ class AdaFocalLoss(_LossModule):
 # --------------------------------------------------------------------------------------------
 
 class BrierLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.brier_loss`."""
+    """Module form of :func:`~focalcal.losses.brier_loss`.
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return brier_loss(logits, target, **self._kw())
+    Examples
+    --------
+    >>> from focalcal.losses import BrierLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> BrierLoss()(logits, labels)
+    tensor(0.2949)
+    """
+
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return brier_loss(logits, labels, **self._kw())
 
 
 class LabelSmoothingLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.label_smoothing_loss`."""
+    """Module form of :func:`~focalcal.losses.label_smoothing_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import LabelSmoothingLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> LabelSmoothingLoss(alpha=0.05)(logits, labels)
+    tensor(0.6239)
+    """
 
     def __init__(self, alpha: float = 0.05, reduction: str = "mean", ignore_index: int = -100) -> None:
         super().__init__(reduction, ignore_index)
         self.alpha = check_alpha(alpha)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return label_smoothing_loss(logits, target, self.alpha, **self._kw())
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return label_smoothing_loss(logits, labels, self.alpha, **self._kw())
 
 
 class MMCELoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.mmce_loss`."""
+    """Module form of :func:`~focalcal.losses.mmce_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import MMCELoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> MMCELoss(lamda=2.0)(logits, labels)
+    tensor(1.3828)
+    """
 
     def __init__(self, lamda: float = 2.0, weighted: bool = True, kernel_width: float = 0.4,
                  reduction: str = "mean", ignore_index: int = -100) -> None:
@@ -260,13 +417,23 @@ class MMCELoss(_LossModule):
         self.lamda = check_lamda(lamda)
         self.weighted, self.kernel_width = check_mmce_params(weighted, kernel_width)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return mmce_loss(logits, target, self.lamda, weighted=self.weighted,
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return mmce_loss(logits, labels, self.lamda, weighted=self.weighted,
                          kernel_width=self.kernel_width, **self._kw())
 
 
 class KDEXELoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.kde_xe_loss`."""
+    """Module form of :func:`~focalcal.losses.kde_xe_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import KDEXELoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> KDEXELoss(lamda=0.3, bandwidth=0.1)(logits, labels)
+    tensor(1.0315)
+    """
 
     def __init__(self, lamda: float = 0.3, bandwidth: float | str = "auto", p: float = 1.0,
                  mode: str = "canonical", reduction: str = "mean", ignore_index: int = -100) -> None:
@@ -274,26 +441,46 @@ class KDEXELoss(_LossModule):
         self.lamda = check_lamda(lamda)
         self.bandwidth, self.p, self.mode = check_kde_params(bandwidth, p, mode)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return kde_xe_loss(logits, target, self.lamda, bandwidth=self.bandwidth, p=self.p,
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return kde_xe_loss(logits, labels, self.lamda, bandwidth=self.bandwidth, p=self.p,
                            mode=self.mode, **self._kw())
 
 
 class AURCLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.aurc_loss`."""
+    """Module form of :func:`~focalcal.losses.aurc_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import AURCLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> AURCLoss()(logits, labels)
+    tensor(0.2948)
+    """
 
     def __init__(self, score: str = "msp", weights: str = "harmonic", ties: str = "sorted",
                  reduction: str = "mean", ignore_index: int = -100) -> None:
         super().__init__(reduction, ignore_index)
         self.score, self.weights, self.ties = check_aurc_params(score, weights, ties)
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return aurc_loss(logits, target, score=self.score, weights=self.weights, ties=self.ties,
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return aurc_loss(logits, labels, score=self.score, weights=self.weights, ties=self.ties,
                          **self._kw())
 
 
 class SelectiveRiskLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.selective_risk_loss`."""
+    """Module form of :func:`~focalcal.losses.selective_risk_loss`.
+
+    Examples
+    --------
+    >>> from focalcal.losses import SelectiveRiskLoss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> SelectiveRiskLoss(coverage=0.9)(logits, labels)
+    tensor(0.2422)
+    """
 
     def __init__(self, score: str = "msp", coverage: float = 0.9, threshold: float | None = None,
                  nu: float = 0.1, n_bins: int = 64, conditional: bool = False, reduction: str = "mean",
@@ -304,8 +491,8 @@ class SelectiveRiskLoss(_LossModule):
             coverage, threshold, nu, n_bins)
         self.conditional = check_choice(conditional, "conditional", (True, False))
 
-    def forward(self, logits: ArrayLike, target: ArrayLike) -> Tensor:
-        return selective_risk_loss(logits, target, score=self.score, coverage=self.coverage,
+    def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+        return selective_risk_loss(logits, labels, score=self.score, coverage=self.coverage,
                                    threshold=self.threshold, nu=self.nu, n_bins=self.n_bins,
                                    conditional=self.conditional, **self._kw())
 
@@ -315,11 +502,26 @@ class SelectiveRiskLoss(_LossModule):
 # --------------------------------------------------------------------------------------------
 
 class HessianTracePenalty(_LossModule):
-    """``CE + lamda * tr(H)`` (curvature paper, eq. 33); called as ``f(logits, target, model=, inputs=)``.
+    """``CE + lamda * tr(H)`` (curvature paper, eq. 33); called as ``f(logits, labels, model=, inputs=)``.
 
     ``requires_model = True`` tells the trainer to pass the network and the batch inputs. A fresh
     set of ``n_probes`` Rademacher probes is drawn per call (from a private generator seeded with
     ``seed`` if given). See :func:`~focalcal.losses.hessian_trace_loss`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.losses import HessianTracePenalty
+    >>> net = torch.nn.Linear(4, 3)
+    >>> with torch.no_grad():
+    ...     _ = net.weight.copy_(torch.arange(12.0).reshape(3, 4) / 10)
+    ...     _ = net.bias.zero_()
+    >>> inputs, labels = torch.tensor([[1.0, -1.0, 0.5, 0.0], [0.0, 1.0, -0.5, 2.0]]), torch.tensor([0, 2])
+    >>> loss_fn = HessianTracePenalty(lamda=1e-3, seed=0)
+    >>> loss = loss_fn(net(inputs), labels, model=net, inputs=inputs)
+    >>> loss.backward()
+    >>> loss.detach()
+    tensor(0.8643)
     """
 
     requires_model = True
@@ -343,13 +545,13 @@ class HessianTracePenalty(_LossModule):
             self._generators[key] = gen
         return self._generators[key]
 
-    def forward(self, logits: Tensor, target: ArrayLike, *, model: nn.Module | None = None,
+    def forward(self, logits: Tensor, labels: ArrayLike, *, model: nn.Module | None = None,
                 inputs: Tensor | None = None) -> Tensor:
         if model is None:
             raise ValueError("HessianTracePenalty needs model= (and inputs=): call it as "
-                             "loss_fn(logits, target, model=model, inputs=x)")
+                             "loss_fn(logits, labels, model=model, inputs=x)")
         dev = next(model.parameters()).device
-        return hessian_trace_loss(logits, target, model=model, inputs=inputs, lamda=self.lamda,
+        return hessian_trace_loss(logits, labels, model=model, inputs=inputs, lamda=self.lamda,
                                   n_probes=self.n_probes, generator=self._generator(dev), **self._kw())
 
     def extra_repr(self) -> str:

@@ -9,13 +9,14 @@ from typing import Any
 
 from torch import nn
 
-from .focal import FLSD53, FLSD532
 from .modules import (
     AdaFocalLoss,
     AURCLoss,
     BrierLoss,
     CrossEntropyLoss,
     DualFocalLoss,
+    FLSD53Loss,
+    FLSD532Loss,
     FocalLoss,
     HessianTracePenalty,
     InverseFocalLoss,
@@ -48,8 +49,8 @@ def _preset(cls: type[nn.Module], **fixed: Any) -> Callable[..., nn.Module]:
 LOSSES: dict[str, Callable[..., nn.Module]] = {
     "ce": _preset(CrossEntropyLoss),
     "focal": _preset(FocalLoss),
-    "flsd53": _preset(SampleDependentFocalLoss, schedule=FLSD53),
-    "flsd532": _preset(SampleDependentFocalLoss, schedule=FLSD532),
+    "flsd53": _preset(FLSD53Loss),
+    "flsd532": _preset(FLSD532Loss),
     "sample_dependent_focal": _preset(SampleDependentFocalLoss),
     "flsc531": _preset(ScheduledFocalLoss, gammas=(5.0, 3.0, 1.0)),
     "flsc532": _preset(ScheduledFocalLoss, gammas=(5.0, 3.0, 2.0)),
@@ -75,6 +76,20 @@ def make_loss(name: str, **params: Any) -> nn.Module:
     ValueError
         For an unknown name (the message lists the valid names), an unknown parameter (lists the
         valid parameters of that loss) or an invalid parameter value.
+
+    Examples
+    --------
+    >>> from focalcal.losses import make_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> loss_fn = make_loss('flsd53')
+    >>> loss_fn
+    FLSD53Loss(schedule=((0.2, 5.0), (1.0, 3.0)), reduction='mean')
+    >>> loss_fn(logits, labels)
+    tensor(0.1655)
+    >>> make_loss('focal', gamma=1.0).gamma
+    1.0
     """
     if name not in LOSSES:
         raise ValueError(f"name must be one of the registered losses, got {name!r}; "

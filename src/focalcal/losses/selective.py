@@ -38,7 +38,7 @@ def check_aurc_params(score: str, weights: str, ties: str) -> tuple[str, str, st
     return score, weights, check_choice(ties, "ties", allowed)
 
 
-def aurc_loss(logits: ArrayLike, target: ArrayLike, *, score: str = "msp", weights: str = "harmonic",
+def aurc_loss(logits: ArrayLike, labels: ArrayLike, *, score: str = "msp", weights: str = "harmonic",
               ties: str = "sorted", reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """AURC as a reweighted cross-entropy (Zhou et al. 2025, Def. 3.3): ``mean_i alpha_i CE_i``.
 
@@ -54,10 +54,21 @@ def aurc_loss(logits: ArrayLike, target: ArrayLike, *, score: str = "msp", weigh
     ``"sorted"`` or ``"average"``. The weights are computed without gradient (a rank is
     piecewise constant); the gradient is that of the weighted cross-entropy. ``"none"`` returns
     ``alpha_i CE_i``.
+
+    Examples
+    --------
+    >>> from focalcal.losses import aurc_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> aurc_loss(logits, labels)
+    tensor(0.2948)
+    >>> aurc_loss(logits, labels, reduction='none')
+    tensor([0.3114, 0.4315, 0.1415])
     """
     score, weights, ties = check_aurc_params(score, weights, ties)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction, min_samples=1)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction, min_samples=1)
     x, t = batch.selected()
     logp = torch.log_softmax(x, dim=1)
     ce = -logp.gather(1, t.unsqueeze(1)).squeeze(1)
@@ -129,6 +140,13 @@ def selective_risk_weights(scores: Tensor, *, coverage: float = 0.9, threshold: 
         ``beta``; its gradient flows through ``g_i`` for ``g_i < tau`` only (``tau``, the counts and
         ``G(tau)`` are constants, App. C.4). ``G_nu`` is clamped to ``[1/(N+1), N/(N+1)]`` as in the
         authors' code, which keeps ``beta`` finite when the sigmoid saturates.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.losses import selective_risk_weights
+    >>> selective_risk_weights(torch.tensor([0.9, 0.4, 0.7, 0.2]), coverage=0.5)
+    tensor([0.4486, 0.4486, 0.4486, 0.2231])
     """
     coverage, threshold, nu, n_bins = check_selective_params(coverage, threshold, nu, n_bins)
     if scores.dim() != 1 or scores.numel() == 0:
@@ -161,7 +179,7 @@ def _selective_weights(scores: Tensor, coverage: float, threshold: float | None,
     return beta
 
 
-def selective_risk_loss(logits: ArrayLike, target: ArrayLike, *, score: str = "msp",
+def selective_risk_loss(logits: ArrayLike, labels: ArrayLike, *, score: str = "msp",
                         coverage: float = 0.9, threshold: float | None = None, nu: float = 0.1,
                         n_bins: int = 64, conditional: bool = False, reduction: str = "mean",
                         ignore_index: int = -100) -> Tensor:
@@ -174,11 +192,20 @@ def selective_risk_loss(logits: ArrayLike, target: ArrayLike, *, score: str = "m
     with ``torch.quantile`` (a sort). Cost ``O(N (K_classes + n_bins))``: no pairwise matrix, no
     sort. Defaults: MSP, ``coverage = 0.9``, ``nu = 0.1`` (Zhou et al., App. E, CIFAR-10), 64
     bins. ``"none"`` returns ``beta_i CE_i``.
+
+    Examples
+    --------
+    >>> from focalcal.losses import selective_risk_loss
+    >>> import torch
+    >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
+    >>> labels = torch.tensor([0, 2, 1])
+    >>> selective_risk_loss(logits, labels, coverage=0.9)
+    tensor(0.2422)
     """
     score = check_score(score)
     coverage, threshold, nu, n_bins = check_selective_params(coverage, threshold, nu, n_bins)
     reduction = check_reduction(reduction)
-    batch = prepare(logits, target, check_ignore_index(ignore_index), reduction, min_samples=1)
+    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction, min_samples=1)
     x, t = batch.selected()
     logp = torch.log_softmax(x, dim=1)
     ce = -logp.gather(1, t.unsqueeze(1)).squeeze(1)
