@@ -130,6 +130,16 @@ def inverse_focal_map(p: ArrayLike, gamma: float) -> torch.Tensor:
     torch.Tensor, shape ``(..., K)``, dtype of ``p`` (not differentiable)
         ``focal_map(inverse_focal_map(p, g), g) == p`` to ~1e-15 in float64. Zero entries stay 0 and
         one-hot rows map to themselves.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import focal_map, inverse_focal_map
+    >>> p = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)  # a posterior
+    >>> inverse_focal_map(p, gamma=3.0)  # what a focal-loss model predicts for it: less confident
+    tensor([0.4587, 0.3540, 0.1873], dtype=torch.float64)
+    >>> inverse_focal_map(focal_map(p, 3.0), 3.0)  # the inverse of focal_map
+    tensor([0.6000, 0.3000, 0.1000], dtype=torch.float64)
     """
     t = check_probs(p, "p", hint="")
     gv = check_gamma(gamma)
@@ -222,6 +232,13 @@ def binary_inverse_focal_logit(t: ArrayLike, gamma: float) -> torch.Tensor:
     Returns
     -------
     torch.Tensor, same shape and dtype as ``t`` (solved in float64; not differentiable)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import binary_focal_logit, binary_inverse_focal_logit
+    >>> binary_inverse_focal_logit(binary_focal_logit(torch.tensor([-2.0, 0.0, 2.0]), 3.0), 3.0)
+    tensor([-2.0000,  0.0000,  2.0000])
     """
     x = _elementwise_real(t, "t")
     gv = check_gamma(gamma)
@@ -252,6 +269,13 @@ def binary_inverse_focal_map(p: ArrayLike, gamma: float) -> torch.Tensor:
         ``0 -> 0``, ``1 -> 1``. The result can round to exactly 0 or 1 while ``p`` does not (the
         minimiser's log-odds exceed the dtype's range, typically for ``gamma`` near ``-1``); use
         :func:`binary_inverse_focal_logit` when that matters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import binary_inverse_focal_map
+    >>> binary_inverse_focal_map(torch.tensor([0.5, 0.9]), gamma=3.0)
+    tensor([0.5000, 0.6471])
     """
     t = _elementwise_unit(p, "p")
     gv = check_gamma(gamma)

@@ -101,6 +101,15 @@ def lambertw(x: ArrayLike, branch: int = 0) -> torch.Tensor:
     -------
     torch.Tensor, same shape and dtype as ``x``
         Differentiable: :math:`W'(x) = 1/((1+W)e^W)` (infinite at the branch point).
+
+    Examples
+    --------
+    >>> import math, torch
+    >>> from focalcal.maps import lambertw
+    >>> lambertw(torch.tensor([0.0, 1.0, math.e]))  # W(e) = 1; W(1) is the omega constant
+    tensor([0.0000, 0.5671, 1.0000])
+    >>> lambertw(torch.tensor([-0.2]), branch=-1)
+    tensor([-2.5426])
     """
     if branch not in (0, -1) or isinstance(branch, bool):
         raise ValueError(f"branch must be 0 or -1, got {branch!r}")
@@ -146,6 +155,17 @@ def gamma_star(p0: ArrayLike) -> float | torch.Tensor:
     -------
     float or torch.Tensor
         A python float for a python number, else a tensor of the shape and dtype of ``p0``. E.g. ``gamma_star(0.25) = 3.0702...``, ``gamma_star(0.2) = 4.8506...``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import gamma_star, tau_uc
+    >>> round(gamma_star(0.25), 4)
+    3.0702
+    >>> round(tau_uc(gamma_star(0.25)), 12)  # the two thresholds are inverse to each other
+    0.25
+    >>> gamma_star(torch.tensor([0.2, 0.25], dtype=torch.float64))
+    tensor([4.8506, 3.0702], dtype=torch.float64)
     """
     scalar = _is_python_scalar(p0)
     t = as_float_tensor(p0, "p0")
@@ -217,6 +237,15 @@ def tau_oc(gamma: ArrayLike) -> float | torch.Tensor:
     float or torch.Tensor
         A python float for a python number, else a float64 tensor of the shape of ``gamma``; in
         ``(0, 1/2)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import phi, tau_oc
+    >>> round(tau_oc(3.0), 4)  # phi(., 3) is largest there
+    0.0855
+    >>> tau_oc(torch.tensor([1.0, 3.0]))
+    tensor([0.1353, 0.0855], dtype=torch.float64)
     """
     g, scalar = _as_gamma_array(gamma, "gamma", 0.0, open_min=True)
     tol = {"xatol": 1e-300, "xrtol": 4 * 2.0 ** -52}
@@ -257,6 +286,15 @@ def tau_uc(gamma: ArrayLike) -> float | torch.Tensor:
     float or torch.Tensor
         A python float for a python number, else a float64 tensor of the shape of ``gamma``;
         ``tau_oc < tau_uc < 1/2``.
+
+    Examples
+    --------
+    >>> from focalcal.maps import phi, tau_oc, tau_uc
+    >>> t = tau_uc(3.0)
+    >>> round(t, 4), round(float(phi(t, 3.0)), 12)  # phi = 1 there
+    (0.2526, 1.0)
+    >>> tau_oc(3.0) < t < 0.5
+    True
     """
     g, scalar = _as_gamma_array(gamma, "gamma", 0.0, open_min=True)
     lo = np.asarray(tau_oc(float(g)) if scalar else tau_oc(torch.as_tensor(g)).numpy(), dtype=np.float64)
@@ -297,6 +335,16 @@ def ts_bounds(gamma: ArrayLike) -> tuple[float, float] | tuple[torch.Tensor, tor
     (float, float) or (torch.Tensor, torch.Tensor)
         ``(T_1, T_2)``: python floats for a python number, else two float64 tensors of the shape of
         ``gamma``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import ts_bounds
+    >>> t1, t2 = ts_bounds(3.0)
+    >>> round(t1, 4), round(t2, 4)
+    (0.25, 0.3024)
+    >>> ts_bounds(torch.tensor([1.0, 3.0]))
+    (tensor([0.5000, 0.2500], dtype=torch.float64), tensor([0.6048, 0.3024], dtype=torch.float64))
     """
     g, scalar = _as_gamma_array(gamma, "gamma", -1.0, open_min=True)
     t1 = 1.0 / (g + 1.0)

@@ -141,6 +141,16 @@ def focal_loss_term(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     torch.Tensor, same shape and dtype as ``q``
         ``+inf`` at ``q = 0``; at ``q = 1`` it is ``0`` except for ``gamma = -1`` where the limit is
         ``1``. Evaluated as ``exp(-gamma softplus(s) + log softplus(-s))`` with ``s = logit(q)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import focal_loss_term
+    >>> q = torch.tensor([0.25, 0.5, 0.9], dtype=torch.float64)
+    >>> focal_loss_term(q, gamma=2.0)  # -(1 - q)**2 log q
+    tensor([0.7798, 0.1733, 0.0011], dtype=torch.float64)
+    >>> focal_loss_term(q, gamma=0.0)  # cross-entropy, -log q
+    tensor([1.3863, 0.6931, 0.1054], dtype=torch.float64)
     """
     t = _elementwise_unit(q, "q")
     gv, g = _gamma_arg(gamma)
@@ -175,6 +185,16 @@ def focal_loss_term_grad(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Ten
         Negative everywhere on ``(0, 1)`` for ``gamma >= -1``. Limits: ``-inf`` at ``q = 0``; at
         ``q = 1``: ``0`` (``gamma > 0``), ``-1`` (``gamma = 0``), ``-inf`` (``-1 < gamma < 0``),
         ``-1/2`` (``gamma = -1``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import focal_loss_term_grad
+    >>> q = torch.tensor([0.25, 0.5, 0.9], dtype=torch.float64)
+    >>> focal_loss_term_grad(q, gamma=0.0)  # -1/q
+    tensor([-4.0000, -2.0000, -1.1111], dtype=torch.float64)
+    >>> focal_loss_term_grad(q, gamma=2.0)
+    tensor([-4.3294, -1.1931, -0.0322], dtype=torch.float64)
     """
     t = _elementwise_unit(q, "q")
     gv, g = _gamma_arg(gamma)
@@ -202,6 +222,16 @@ def phi(v: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     torch.Tensor, same shape and dtype as ``v``
         Computed as ``(1 - v)^gamma (1 + gamma r(v))``. Limits: ``phi(0) = 1``; ``phi(1) = 0``
         (``gamma > 0``), ``1`` (``gamma = 0``), ``+inf`` (``-1 < gamma < 0``), ``1/2`` (``gamma = -1``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import phi
+    >>> v = torch.tensor([0.25, 0.5, 0.9], dtype=torch.float64)
+    >>> phi(v, gamma=2.0)  # above 1 for small v, 0 at v = 1
+    tensor([1.0824, 0.5966, 0.0290], dtype=torch.float64)
+    >>> phi(v, gamma=0.0)
+    tensor([1., 1., 1.], dtype=torch.float64)
     """
     return _phi(v, gamma, "v")
 
@@ -219,6 +249,16 @@ def gradient_factor(p: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     The factor by which focal loss rescales the cross-entropy gradient of the last layer. It is the
     same function as Charoenphakdee's :math:`\varphi^\gamma` (:func:`phi`). ``p`` in ``[0, 1]``, any
     shape; returns a tensor of the same shape and dtype (``g(0) = 1``, ``g(1) = 0`` for ``gamma > 0``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import gradient_factor, phi
+    >>> p = torch.tensor([0.0, 0.25, 1.0], dtype=torch.float64)
+    >>> gradient_factor(p, gamma=2.0)
+    tensor([1.0000, 1.0824, 0.0000], dtype=torch.float64)
+    >>> torch.equal(gradient_factor(p, 2.0), phi(p, 2.0))  # the same function
+    True
     """
     return _phi(p, gamma, "p")
 
@@ -239,6 +279,16 @@ def h(v: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
         ``h(0) = 0``; ``h(1) = +inf`` (``gamma > 0``), ``1`` (``gamma = 0``), ``0``
         (``-1 < gamma < 0``), ``2`` (``gamma = -1``). Values beyond the dtype's range overflow to
         ``inf`` (e.g. ``gamma = 10`` and ``1 - v < 1e-4`` in float32).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import h
+    >>> v = torch.tensor([0.25, 0.5, 0.9], dtype=torch.float64)
+    >>> h(v, gamma=2.0)  # v / phi(v): grows without bound as v -> 1
+    tensor([ 0.2310,  0.8381, 31.0721], dtype=torch.float64)
+    >>> h(v, gamma=0.0)  # the identity
+    tensor([0.2500, 0.5000, 0.9000], dtype=torch.float64)
     """
     t = _elementwise_unit(v, "v")
     gv, g = _gamma_arg(gamma)
@@ -285,6 +335,16 @@ def focal_map(probs: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     row such as ``(1.0, 1e-30, 0)`` is still mapped correctly. Gradients are not propagated through
     entries that are exactly 0 or rows that are exactly one-hot. For logits prefer
     :func:`focal_map_from_logits`, which never forms ``q``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import focal_map
+    >>> q = torch.tensor([0.6, 0.3, 0.1])  # a focal-loss model's probabilities
+    >>> focal_map(q, gamma=3.0)  # the posterior they estimate: more confident
+    tensor([0.8710, 0.1052, 0.0238])
+    >>> focal_map(q, gamma=0.0)  # gamma = 0 (cross-entropy) is the identity
+    tensor([0.6000, 0.3000, 0.1000])
     """
     t = check_probs(probs, "probs", hint=_PROBS_HINT)
     gv, g = _gamma_arg(gamma)
@@ -320,6 +380,15 @@ def log_focal_map_from_logits(logits: ArrayLike, gamma: float | torch.Tensor,
         Log-probabilities (usable directly in ``nll_loss``); finite with finite gradients w.r.t.
         ``logits``, ``temperature`` (and a tensor ``gamma > -1``) even for logits of ``+-1e4``.
         The class with the largest logit receives the largest output (ties up to rounding).
+
+    Examples
+    --------
+    A row whose float32 softmax is one-hot keeps finite, ordered log-probabilities:
+
+    >>> import torch
+    >>> from focalcal.maps import log_focal_map_from_logits
+    >>> log_focal_map_from_logits(torch.tensor([[200.0, 0.0, -10.0]]), gamma=3.0)
+    tensor([[   0.0000, -798.6136, -808.6136]])
     """
     z = check_logits(logits, "logits")
     gv, g = _gamma_arg(gamma)
@@ -349,6 +418,18 @@ def focal_map_from_logits(logits: ArrayLike, gamma: float | torch.Tensor,
     returns ``exp`` of it: probabilities of shape ``(..., K)`` whose rows sum to 1, finite for
     saturated rows (float32 softmax max exactly 1.0) with the argmax preserved, and finite
     gradients w.r.t. logits and temperature.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import focal_map, focal_map_from_logits
+    >>> logits = torch.tensor([[2.0, 1.0, 0.0]])
+    >>> focal_map_from_logits(logits, gamma=3.0)
+    tensor([[0.9435, 0.0438, 0.0127]])
+    >>> focal_map(torch.softmax(logits, -1), gamma=3.0)  # the same, through the probabilities
+    tensor([[0.9435, 0.0438, 0.0127]])
+    >>> focal_map_from_logits(logits, gamma=3.0, temperature=2.0)  # focal temperature scaling
+    tensor([[0.7236, 0.1910, 0.0853]])
     """
     return torch.exp(log_focal_map_from_logits(logits, gamma, temperature))
 
@@ -379,6 +460,13 @@ def binary_focal_logit(s: ArrayLike, gamma: float | torch.Tensor) -> torch.Tenso
     torch.Tensor, same shape and dtype as ``s``
         Exact to a few ulps (relative) for ``|s|`` up to ``1e4`` and beyond, including ``s -> 0``
         and ``gamma = -1`` (where ``logit FC(s) - s -> +-log 2``). Odd in ``s``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import binary_focal_logit
+    >>> binary_focal_logit(torch.tensor([-2.0, 0.0, 2.0]), gamma=3.0)  # odd, increasing
+    tensor([-7.2839,  0.0000,  7.2839])
     """
     t = _elementwise_real(s, "s")
     gv, g = _gamma_arg(gamma)
@@ -405,6 +493,13 @@ def binary_focal_map(q: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     torch.Tensor, same shape and dtype as ``q``
         ``sigmoid(binary_focal_logit(logit(q)))``; ``0 -> 0``, ``1 -> 1``, ``1/2 -> 1/2``. Equals
         ``focal_map`` on the rows ``(1 - q, q)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.maps import binary_focal_map
+    >>> binary_focal_map(torch.tensor([0.2, 0.5, 0.8]), gamma=3.0)
+    tensor([0.0065, 0.5000, 0.9935])
     """
     t = _elementwise_unit(q, "q")
     gv, g = _gamma_arg(gamma)

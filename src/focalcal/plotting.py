@@ -57,7 +57,14 @@ LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 
 
 def color(method: str) -> str:
-    """The book-wide colour of ``method`` (a display name or a loss/calibrator key)."""
+    """The book-wide colour of ``method`` (a display name or a loss/calibrator key).
+
+    Examples
+    --------
+    >>> from focalcal.plotting import color
+    >>> color("ce"), color("cross-entropy"), color("focal TS")
+    ('#0072B2', '#0072B2', '#EE3377')
+    """
     key = ALIASES.get(method, ALIASES.get(method.lower(), method))
     if key in METHOD_COLORS:
         return METHOD_COLORS[key]
@@ -67,7 +74,15 @@ def color(method: str) -> str:
 
 
 def gamma_colors(gammas: Iterable[float], cmap: str = "viridis") -> list[tuple[float, float, float, float]]:
-    """Sequential RGBA colours, one per gamma in ``gammas``, for a family of curves (ordered, print-safe)."""
+    """Sequential RGBA colours, one per gamma in ``gammas``, for a family of curves (ordered, print-safe).
+
+    Examples
+    --------
+    >>> from matplotlib.colors import to_hex
+    >>> from focalcal.plotting import gamma_colors
+    >>> [to_hex(c) for c in gamma_colors([0.0, 1.0, 3.0])]
+    ['#440154', '#25848e', '#bddf26']
+    """
     gammas = list(gammas)
     cm = mpl.colormaps[cmap]
     n = max(len(gammas) - 1, 1)
@@ -103,6 +118,18 @@ def plot_reliability(probs: ArrayLike | None = None, labels: ArrayLike | None = 
     Returns
     -------
     (Figure, (Axes, Axes))
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> import torch
+    >>> from focalcal.plotting import plot_reliability
+    >>> probs = torch.tensor([[0.95, 0.05], [0.75, 0.25], [0.35, 0.65], [0.55, 0.45]])
+    >>> fig, (ax, ax_hist) = plot_reliability(probs, torch.tensor([0, 1, 1, 0]), n_bins=5, method="focal")
+    >>> print(ax.get_title())
+    focal
+    ECE = 0.2250 (5 bins)
+    >>> plt.close(fig)
     """
     data = reliability_data(probs, labels, logits=logits, n_bins=n_bins, binning=binning)
     col = color(method)
