@@ -90,7 +90,8 @@ def gamma_colors(gammas: Iterable[float], cmap: str = "viridis") -> list[tuple[f
 
 
 def plot_reliability(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
-                     logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width", method: str = "uncalibrated",
+                     logits: ArrayLike | None = None, n_bins: int = 15, binning: str = "width",
+                     method: str = "uncalibrated",
                      title: str | None = None,
                      axes: tuple[Axes, Axes] | None = None) -> tuple[Figure, tuple[Axes, Axes]]:
     """Reliability diagram with gap bars and a bin-count histogram (as Mukhoti et al. 2020, Fig. 1).
