@@ -9,7 +9,7 @@ Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.M
 * ``forward(logits) -> log-probabilities`` of shape ``(..., K)``, differentiable w.r.t. the logits,
   so a fitted calibrator can sit at the end of a network (``nn.Sequential(net, calibrator)``);
 * ``get_params()`` / ``set_params(**params)`` as in scikit-learn: the constructor arguments are
-  stored unchanged under their own names, so :func:`sklearn.base.clone` makes an unfitted copy
+  stored unchanged under their own names, so ``sklearn.base.clone`` makes an unfitted copy
   (scikit-learn itself is not needed);
 * fitted attributes end in an underscore: ``temperature_`` on every temperature-based calibrator,
   ``gamma_ev_`` on :class:`FocalTemperatureScaling` (Komisarenko & Kull's evaluation gamma, the
@@ -342,7 +342,7 @@ class _Calibrator(torch.nn.Module):
     scikit-learn's estimator rules: ``__init__`` stores each argument unchanged under its own name
     and checks it through :meth:`_validate_params`, which writes the checked forms to private
     attributes that the fit uses; :meth:`get_params` reads the names from ``__init__``'s
-    signature, so :func:`sklearn.base.clone` rebuilds an unfitted copy.
+    signature, so ``sklearn.base.clone`` rebuilds an unfitted copy.
     """
 
     _fitted_names: tuple[str, ...] = ()
