@@ -20,12 +20,21 @@ Also: :mod:`focalcal.scores` (confidence-score functions), :mod:`focalcal.plotti
 diagrams; ``pip install "focalcal[plot]"``) and the experiment lab :mod:`focalcal.lab`
 (``pip install "focalcal[lab]"``).
 
-Example
--------
+Every function takes the scores first and then the labels, as torch and scikit-learn do: losses
+``focal_loss(logits, labels)``, calibrators ``fit(logits, labels)``, metrics
+``ece(probs, labels)`` or ``ece(logits=logits, labels=labels)`` (logits by keyword, so that a
+probability is never guessed from the value range). Labels are integer class indices ``(N,)``.
+
+Examples
+--------
 >>> import torch, focalcal
 >>> logits, labels = torch.tensor([[2.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
 >>> round(float(focalcal.focal_loss(logits, labels, gamma=0.0)), 4)  # gamma = 0 is cross-entropy
 0.2201
+>>> round(focalcal.nll(torch.softmax(logits, -1), labels), 4)  # the same number, as a metric
+0.2201
+>>> round(focalcal.ece(logits=logits, labels=labels), 4)  # (0.1192 + 0.2689) / 2
+0.1941
 """
 
 from .losses import FocalLoss, flsd_loss, focal_loss, make_loss
