@@ -7,6 +7,7 @@ Hutchinson trace within a few of its standard errors.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -179,3 +180,25 @@ def test_hessian_trace_loss_takes_labels():
     net, (x, y) = tiny_mlp(), tiny_data()
     out = L.hessian_trace_loss(net(x), labels=y, model=net, lamda=0.0)
     torch.testing.assert_close(out, L.cross_entropy_loss(net(x), y))
+
+
+def test_model_params_flow_from_a_block_to_make_model_and_keep_other_run_ids():
+    from focalcal.lab import sweep
+    from focalcal.lab.models import count_parameters, make_model
+
+    base = sweep.Block(["fashion_mnist"], ["mlp"], [sweep.loss("ce")], [0], train={"epochs": 1})
+    sized = sweep.Block(["fashion_mnist"], ["mlp"], [sweep.loss("ce")], [0], train={"epochs": 1},
+                        model_params={"in_features": 784, "hidden": [16]})
+    plain, wide = base.expand()[0], sized.expand()[0]
+    # no model_params: the spec (and so the run id) is what it was before the field existed
+    assert "model_params" not in plain.to_dict() and "model_params" not in plain.train_parameters(".")
+    assert sweep.RunSpec.from_dict(plain.to_dict()).run_id == plain.run_id
+    assert wide.run_id != plain.run_id
+    assert sweep.RunSpec.from_dict(wide.to_dict()).to_dict() == wide.to_dict()
+    kw = json.loads(wide.train_parameters(".")["model_params"])
+    net = make_model("mlp", 10, 1, seed=0, **kw)
+    assert count_parameters(net) == 784 * 16 + 16 + 16 * 10 + 10
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert count_parameters(make_model("mlp", 10, 1, in_features=784, hidden=16)) == count_parameters(net)
+    with pytest.raises(ValueError, match="hidden"):
+        make_model("mlp", 10, 1, in_features=784, hidden=[0])

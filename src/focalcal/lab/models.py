@@ -24,6 +24,11 @@ bitwise comparable with the papers' code, only architecturally identical.
 
 Every model's last layer is an :class:`torch.nn.Linear` found by :func:`last_linear` (the trainer
 records its weight norm and per-sample gradient norms).
+
+A sweep run passes keyword arguments to :func:`make_model` through its ``model_params``
+(:class:`focalcal.lab.sweep.Block`), e.g. ``{"in_features": 784, "hidden": [64]}`` for an MLP on
+Fashion-MNIST images: without ``in_features`` the MLP takes the dataset's ``in_channels`` as its
+input size, which is right for the vector-valued synthetic tasks only.
 """
 
 from __future__ import annotations
@@ -210,8 +215,11 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def _mlp(num_classes: int, in_channels: int, in_features: int | None = None, **kw: Any) -> nn.Module:
-    return MLP(in_channels if in_features is None else in_features, num_classes, **kw)
+def _mlp(num_classes: int, in_channels: int, in_features: int | None = None,
+         hidden: int | Sequence[int] = (128, 128)) -> nn.Module:
+    # a sweep's JSON model_params give a list, or a single width as a number
+    widths = (hidden,) if isinstance(hidden, int) else tuple(hidden)
+    return MLP(in_channels if in_features is None else in_features, num_classes, widths)
 
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -243,7 +251,9 @@ def make_model(name: str, num_classes: int, in_channels: int = 3, *, seed: int |
         Initialise the weights under ``torch.manual_seed(seed)`` without touching the global RNG
         state, so the same seed gives the same network.
     **kwargs
-        Passed to the constructor (``hidden=`` for the MLP, ``depth=``/``width=`` for the WRN, ...).
+        Passed to the constructor (``in_features=`` and ``hidden=``, a width or a sequence of
+        widths, for the MLP; ``depth=``/``width=`` for the WRN, ...); a sweep run's
+        ``model_params``.
     """
     if name not in MODELS:
         raise ValueError(f"name must be one of {', '.join(repr(n) for n in MODELS)}; got {name!r}")

@@ -97,6 +97,8 @@ class RunSpec:
     seed: int
     train: tuple[tuple[str, Any], ...] = ()
     posthoc: tuple[tuple[str, Any], ...] = ()
+    #: keyword arguments of ``make_model`` (e.g. the MLP's ``in_features`` and ``hidden``)
+    model_params: tuple[tuple[str, Any], ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -105,21 +107,26 @@ class RunSpec:
         return f"{self.dataset}-{self.model}-{slug}-s{self.seed}-{digest}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
-                "loss_params": dict(self.loss.params), "loss_label": self.loss.display,
-                "seed": self.seed, "train": dict(self.train), "posthoc": dict(self.posthoc)}
+        d = {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
+             "loss_params": dict(self.loss.params), "loss_label": self.loss.display,
+             "seed": self.seed, "train": dict(self.train), "posthoc": dict(self.posthoc)}
+        if self.model_params:  # only when set, so that the run ids of the other runs stay
+            d["model_params"] = dict(self.model_params)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         return cls(d["dataset"], d["model"],
                    Loss(d["loss"], tuple(sorted(d["loss_params"].items())), d.get("loss_label")),
-                   int(d["seed"]), tuple(sorted(d["train"].items())), tuple(sorted(d["posthoc"].items())))
+                   int(d["seed"]), tuple(sorted(d["train"].items())), tuple(sorted(d["posthoc"].items())),
+                   tuple(sorted(d.get("model_params", {}).items())))
 
     def train_parameters(self, run_dir: Path) -> dict[str, Any]:
         # papermill passes parameters as Python literals; the loss parameters travel as JSON
         return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
                 "loss_params": json.dumps(dict(self.loss.params)), "seed": self.seed,
-                "out_dir": str(run_dir), **dict(self.train)}
+                "out_dir": str(run_dir), **dict(self.train),
+                **({"model_params": json.dumps(dict(self.model_params))} if self.model_params else {})}
 
     def posthoc_parameters(self, run_dir: Path) -> dict[str, Any]:
         return {"run_dir": str(run_dir), **dict(self.posthoc)}
@@ -135,9 +142,11 @@ class Block:
     seeds: Sequence[int]
     train: dict[str, Any] = field(default_factory=dict)
     posthoc: dict[str, Any] = field(default_factory=dict)
+    model_params: dict[str, Any] = field(default_factory=dict)
 
     def expand(self) -> list[RunSpec]:
-        return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())))
+        return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())),
+                        tuple(sorted(self.model_params.items())))
                 for d, m, lo, s in itertools.product(self.datasets, self.models, self.losses, self.seeds)]
 
 
@@ -342,7 +351,8 @@ def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None =
     spec = RunSpec(parameters["dataset"], parameters["model"],
                    loss(parameters["loss"], **loss_parameters(parameters["loss_params"])),
                    int(parameters["seed"]),
-                   tuple(sorted((k, parameters[k]) for k in _RUN_KEYS if parameters.get(k) is not None)))
+                   tuple(sorted((k, parameters[k]) for k in _RUN_KEYS if parameters.get(k) is not None)),
+                   model_params=tuple(sorted(json.loads(parameters.get("model_params") or "{}").items())))
     return Path.cwd() / "runs" / spec.run_id if root is None else Path(root) / "runs" / spec.run_id
 
 
