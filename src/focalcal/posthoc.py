@@ -67,35 +67,20 @@ noise cannot decide). Among ties the calibrator closest to the identity wins: th
 
 How the focal-TS grid is evaluated
 ----------------------------------
-The selection criteria need, per sample and per ``(gamma, T)``, only the mapped probability of the
-top class (ECE) and of the true class (NLL). The focal map preserves the argmax, so the top class
-is the argmax ``t`` of the logits for every ``(gamma, T)`` and the confidence is
-
-.. math::
-
-    \hat p_t = \frac{1}{1 + \rho},\qquad \rho = \sum_{j\neq t} \frac{h^\gamma(q_j)}{h^\gamma(q_t)}
-    \in [0, K - 1],
-
-with :math:`h^\gamma(v) = v/\varphi^\gamma(v)` (Charoenphakdee Eq. 13). ``rho`` is computed in
-float64 from the gaps :math:`z_t - z_j`, the per-temperature exponentials shared by every gamma
-(the exact kernel of the private module ``focalcal._fts_search``, whose docstring gives the
-formulas). Every exponent is clamped so that no subnormal number is formed: ``exp`` of arguments
-whose result underflows takes a slow path, 6-20x slower, which is what makes confident trained
-networks cost several times random logits in a loop over ``softmax``.
-
-The exact cost per ``(gamma, T)`` is proportional to ``N * K``: the normaliser of the map involves
-every class. :class:`FocalTemperatureScaling` therefore does not score every pair by default
-(``method="fast"``): a lower bound of the score over boxes of pairs, computed from one pass over the
-classes per temperature, rules most of the grid out, and only the pairs it cannot rule out are
-scored exactly. The selected pair and its score are those of the full search (``method="exact"``,
-every pair scored; see ``tests/test_posthoc_fast.py`` and ``bench/bench_posthoc.py``).
+The criteria need, per sample and per ``(gamma, T)``, only the mapped probability of the top class
+(ECE; the focal map keeps the argmax) and of the true class (NLL). Both are computed in float64 by
+the exact kernel of the private module ``focalcal._fts_search``, whose docstring gives the formulas,
+the clamping that keeps subnormal numbers (and ``exp``'s slow path) out, and the fast search: by
+default (``method="fast"``) a lower bound of the score over boxes of pairs rules most of the grid
+out, and only the pairs it cannot rule out are scored exactly. The selected pair and its score are
+those of the full search (``method="exact"``; see ``tests/test_posthoc_fast.py`` and
+``bench/bench_posthoc.py``).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -106,14 +91,10 @@ from scipy.optimize import brentq, minimize_scalar
 from . import maps
 from ._validation import (
     ArrayLike,
-    as_float_tensor,
     check_choice,
-    check_finite,
     check_gamma,
     check_int,
-    check_labels,
     check_logits,
-    check_positive,
 )
 from . import _fts_search as _fts
 
@@ -141,9 +122,6 @@ FTS_SEARCHES = ("grid", "line")
 
 FTS_METHODS = ("fast", "exact")
 
-# memory-bounded chunks of the TS_FL risk (float64 entries)
-_CONF_CHUNK = 1 << 22
-
 
 class NotFittedError(ValueError, AttributeError):
     """Raised when a calibrator is used before ``fit`` (as scikit-learn's ``NotFittedError``).
@@ -163,71 +141,6 @@ class NotFittedError(ValueError, AttributeError):
 # ============================================================================================
 # argument handling
 # ============================================================================================
-
-def _check_fit_args(logits: ArrayLike, labels: ArrayLike, caller: str = "fit"
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device.
-
-    Warns (``UserWarning``) when ``logits`` look like probabilities: every entry in [0, 1] and
-    every row summing to 1 within 1e-6. Logits almost never do, and temperature scaling of
-    probabilities fits a meaningless temperature (about 18 on a typical softmax output).
-    """
-    z = check_logits(logits, "logits")
-    if z.dim() != 2:
-        raise ValueError(f"logits must have shape (N, K) for fitting, got shape {tuple(z.shape)}")
-    y = check_labels(labels, n_classes=z.shape[1], n_samples=z.shape[0])
-    z = z.detach().to(torch.float64)
-    _warn_if_probabilities(z, caller)
-    return z, y.to(z.device)
-
-
-def _warn_if_probabilities(z: torch.Tensor, caller: str) -> None:
-    lo, hi = torch.aminmax(z)
-    if float(lo) >= 0.0 and float(hi) <= 1.0 and bool(((z.sum(-1) - 1.0).abs() <= 1e-6).all()):
-        warnings.warn(f"{caller}: the logits passed look like probabilities (all entries in [0, 1], "
-                      f"rows summing to 1); pass the unnormalised logits, or log(probs), instead",
-                      UserWarning, stacklevel=4)
-
-
-def _warn_at_edge(caller: str, what: str, value: float, lo: float, hi: float, argument: str,
-                  hint: str) -> None:
-    """Warn that a fitted ``what`` stopped at the edge of its search range ``[lo, hi]``."""
-    if lo < hi and (value <= lo or value >= hi):
-        side = "lower" if value <= lo else "upper"
-        warnings.warn(f"{caller}: the selected {what} = {value:g} is at the {side} edge of its search "
-                      f"range [{lo:g}, {hi:g}]; the optimum may lie outside. Widen it with "
-                      f"{argument}= ({hint})", UserWarning, stacklevel=3)
-
-
-def _check_grid(values: ArrayLike, name: str, *, lower: float | None = None, open_lower: bool = True,
-                positive: bool = False) -> torch.Tensor:
-    """A non-empty 1-D float64 grid of finite values (``> lower`` / ``>= lower``, or ``> 0``)."""
-    if isinstance(values, (int, float, np.number)):
-        raise ValueError(f"{name} must be a 1-D sequence of numbers, got the scalar {values!r}")
-    t = as_float_tensor(values, name).detach().to(torch.float64).cpu()
-    if t.dim() != 1 or t.numel() == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D sequence, got shape {tuple(t.shape)}")
-    check_finite(t, name)
-    if positive and bool((t <= 0).any()):
-        raise ValueError(f"{name} must all be > 0; got minimum {float(t.min()):g}")
-    if lower is not None:
-        bad = (t <= lower) if open_lower else (t < lower)
-        if bool(bad.any()):
-            op = ">" if open_lower else ">="
-            raise ValueError(f"{name} must all be {op} {lower:g}; got minimum {float(t.min()):g}")
-    return t
-
-
-def _check_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
-    try:
-        lo, hi = bounds
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"bounds must be a pair (T_min, T_max), got {bounds!r}") from err
-    lo, hi = check_positive(lo, "bounds[0]"), check_positive(hi, "bounds[1]")
-    if not lo < hi:
-        raise ValueError(f"bounds must satisfy T_min < T_max, got {bounds!r}")
-    return lo, hi
-
 
 def _select(scores: torch.Tensor, gammas: torch.Tensor, temps: torch.Tensor) -> int:
     """Index of the best (smallest) score, ties broken towards the identity map (module docs)."""
@@ -279,54 +192,14 @@ def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[fl
     >>> divmod(i, 4)  # (gamma index, temperature index) of the least NLL
     (0, 2)
     """
-    z, y = _check_fit_args(logits, labels, "focal_ts_scores")
-    g = _check_grid(gammas, "gammas", lower=-1.0)
-    t = _check_grid(temperatures, "temperatures", positive=True)
+    z, y = _fts.check_fit_args(logits, labels, "focal_ts_scores")
+    g = _fts.check_grid(gammas, "gammas", lower=-1.0)
+    t = _fts.check_grid(temperatures, "temperatures", positive=True)
     check_choice(criterion, "criterion", FTS_CRITERIA)
     n_bins = check_int(n_bins, "n_bins")
     prob = _fts.Problem(z, y, dedupe=criterion != "nll")
     with _fts.workers(z.device) as pool:
         return _fts.grid_scores(prob, t, g, criterion, n_bins, pool)
-
-
-# ============================================================================================
-# temperature-only scores (plain TS): cheap, only the true and top classes are needed
-# ============================================================================================
-
-def _ts_grid_scores(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, criterion: str,
-                    gamma: float, n_bins: int) -> torch.Tensor:
-    """Scores of ``softmax(z / T)`` for every ``T`` in ``temps`` (shape ``(n_T,)``)."""
-    if criterion in ("ece", "ece_mass", "nll"):
-        prob = _fts.Problem(z, y, dedupe=criterion != "nll")
-        with _fts.workers(z.device) as pool:
-            return _fts.grid_scores(prob, temps, torch.zeros(1, dtype=torch.float64), criterion, n_bins,
-                                    pool)[0]
-    return torch.cat([_focal_risk(z, y, temps[i:i + 64], gamma) for i in range(0, len(temps), 64)])
-
-
-def _focal_risk(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, gamma: float) -> torch.Tensor:
-    r"""Mean focal loss :math:`-(1-q_y)^\gamma\log q_y` of ``softmax(z / T)`` for each ``T``, in log space."""
-    n, k = z.shape
-    out = []
-    tc = max(1, _CONF_CHUNK // (n * k))
-    is_y = torch.zeros(n, k, dtype=torch.bool, device=z.device)
-    is_y[torch.arange(n, device=z.device), y] = True
-    for i in range(0, len(temps), tc):
-        a = torch.log_softmax(z / temps[i:i + tc].to(z.device).view(-1, 1, 1), dim=-1)
-        lq = a.gather(-1, y.view(1, -1, 1).expand(a.shape[0], -1, 1)).squeeze(-1)
-        if gamma == 0:
-            out.append(-lq.mean(-1))
-            continue
-        # log(1 - q_y) as the log-sum of the other classes: exact also when q_y rounds to 1
-        l1q = torch.logsumexp(a.masked_fill(is_y, -math.inf), dim=-1)
-        out.append((-torch.exp(gamma * l1q) * lq).mean(-1))
-    return torch.cat(out).cpu()
-
-
-def _nll_slope(z: torch.Tensor, y: torch.Tensor, beta: float) -> float:
-    r"""``d NLL / d beta`` at inverse temperature ``beta``: ``mean(E_softmax[z] - z_y)``, increasing in beta."""
-    p = torch.softmax(z * beta, dim=-1)
-    return float(((p * z).sum(-1) - z.gather(-1, y.view(-1, 1)).squeeze(-1)).mean())
 
 
 # ============================================================================================
@@ -516,12 +389,12 @@ class TemperatureScaling(_Calibrator):
         if not isinstance(self.psi, bool):
             raise ValueError(f"psi must be True or False, got {self.psi!r}")
         self._n_bins = check_int(self.n_bins, "n_bins")
-        self._bounds = _check_bounds(self.bounds)
+        self._bounds = _fts.check_bounds(self.bounds)
         if self.grid is None:
             self._grid = (torch.tensor(MUKHOTI_TEMPERATURES, dtype=torch.float64)
                           if criterion in ("ece", "ece_mass") else None)
         else:
-            self._grid = _check_grid(self.grid, "grid", positive=True)
+            self._grid = _fts.check_grid(self.grid, "grid", positive=True)
 
     def extra_repr(self) -> str:
         s = f"criterion={self.criterion!r}"
@@ -533,26 +406,26 @@ class TemperatureScaling(_Calibrator):
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> TemperatureScaling:
         """Fit ``T`` on ``logits`` of shape ``(N, K)`` and ``labels`` of shape ``(N,)``; return ``self``."""
-        z, y = _check_fit_args(logits, labels, "TemperatureScaling.fit")
+        z, y = _fts.check_fit_args(logits, labels, "TemperatureScaling.fit")
         gamma = 0.0 if self._gamma is None else self._gamma
         self.scores_ = None
         grid = self._grid
         if grid is not None:
-            scores = _ts_grid_scores(z, y, grid, self.criterion, gamma, self._n_bins)
+            scores = _fts.ts_grid_scores(z, y, grid, self.criterion, gamma, self._n_bins)
             i = _select(scores, torch.zeros_like(grid), grid)
             self.temperature_, self.best_score_ = float(grid[i]), float(scores[i])
             self.scores_ = scores
         elif self.criterion == "nll":
             self.temperature_ = self._fit_nll(z, y)
-            self.best_score_ = float(_ts_grid_scores(
+            self.best_score_ = float(_fts.ts_grid_scores(
                 z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self._n_bins)[0])
         else:
             self.temperature_, self.best_score_ = self._fit_focal(z, y, gamma)
         if grid is not None:
-            _warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, float(grid.min()),
+            _fts.warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, float(grid.min()),
                           float(grid.max()), "grid", "a sequence of temperatures > 0")
         else:
-            _warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, *self._bounds,
+            _fts.warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, *self._bounds,
                           "bounds", "a pair (T_min, T_max)")
         self.n_classes_ = int(z.shape[1])
         self._is_fitted = True
@@ -562,7 +435,7 @@ class TemperatureScaling(_Calibrator):
         lo, hi = self._bounds
 
         def slope(log_t: float) -> float:  # decreasing in log T
-            return _nll_slope(z, y, math.exp(-log_t))
+            return _fts.nll_slope(z, y, math.exp(-log_t))
 
         s_lo, s_hi = slope(math.log(lo)), slope(math.log(hi))
         if s_lo <= 0:  # NLL still falling at T_min: the minimiser is below the bounds
@@ -574,10 +447,10 @@ class TemperatureScaling(_Calibrator):
     def _fit_focal(self, z: torch.Tensor, y: torch.Tensor, gamma: float) -> tuple[float, float]:
         lo, hi = self._bounds
         taus = torch.linspace(math.log(lo), math.log(hi), 201, dtype=torch.float64)
-        risk = _focal_risk(z, y, taus.exp(), gamma)
+        risk = _fts.focal_risk(z, y, taus.exp(), gamma)
         i = int(torch.argmin(risk))
         a, b = float(taus[max(i - 1, 0)]), float(taus[min(i + 1, len(taus) - 1)])
-        res = minimize_scalar(lambda t: float(_focal_risk(z, y, torch.tensor([math.exp(t)],
+        res = minimize_scalar(lambda t: float(_fts.focal_risk(z, y, torch.tensor([math.exp(t)],
                                                                              dtype=torch.float64), gamma)[0]),
                               bounds=(a, b), method="bounded", options={"xatol": 1e-10})
         if float(res.fun) <= float(risk[i]):
@@ -693,14 +566,14 @@ class FocalTemperatureScaling(_Calibrator):
         self._validate_params()
 
     def _validate_params(self) -> None:
-        self._gammas = _check_grid(self.gammas, "gammas", lower=-1.0)
-        self._temperatures = _check_grid(KK_TEMPERATURES if self.temperatures is None else self.temperatures,
+        self._gammas = _fts.check_grid(self.gammas, "gammas", lower=-1.0)
+        self._temperatures = _fts.check_grid(KK_TEMPERATURES if self.temperatures is None else self.temperatures,
                                          "temperatures", positive=True)
         check_choice(self.criterion, "criterion", FTS_CRITERIA)
         check_choice(self.search, "search", FTS_SEARCHES)
         check_choice(self.method, "method", FTS_METHODS)
         self._n_bins = check_int(self.n_bins, "n_bins")
-        lg = _check_grid(self.line_gammas, "line_gammas", lower=-1.0)
+        lg = _fts.check_grid(self.line_gammas, "line_gammas", lower=-1.0)
         if lg.numel() != 2 or float(lg[0]) == float(lg[1]):
             raise ValueError(f"line_gammas must be two distinct gammas > -1, got {self.line_gammas!r}")
         self._line_gammas = (float(lg[0]), float(lg[1]))
@@ -739,7 +612,7 @@ class FocalTemperatureScaling(_Calibrator):
         Warns (``UserWarning``) if the selected ``T`` or ``gamma_ev`` lies at an edge of its grid
         (``temperatures`` / ``gammas``, with more than one value): the optimum may lie outside.
         """
-        z, y = _check_fit_args(logits, labels, "FocalTemperatureScaling.fit")
+        z, y = _fts.check_fit_args(logits, labels, "FocalTemperatureScaling.fit")
         prob = _fts.Problem(z, y, dedupe=self.criterion != "nll")
         biggest = max(float(self._gammas.abs().max()), *(abs(g) for g in self._line_gammas))
         fast = self.method == "fast" and biggest <= _fts.BIG_GAMMA
@@ -753,9 +626,9 @@ class FocalTemperatureScaling(_Calibrator):
         self.gamma_ev_, self.temperature_, self.best_score_ = float(g_all[i]), float(t_all[i]), evaluated[i]
         self.n_exact_ = len(flat)
         temps, gams = self._temperatures, self._gammas
-        _warn_at_edge("FocalTemperatureScaling.fit", "temperature", self.temperature_, float(temps.min()),
+        _fts.warn_at_edge("FocalTemperatureScaling.fit", "temperature", self.temperature_, float(temps.min()),
                       float(temps.max()), "temperatures", "a sequence of temperatures > 0")
-        _warn_at_edge("FocalTemperatureScaling.fit", "gamma_ev", self.gamma_ev_, float(gams.min()),
+        _fts.warn_at_edge("FocalTemperatureScaling.fit", "gamma_ev", self.gamma_ev_, float(gams.min()),
                       float(gams.max()), "gammas", "a sequence of gammas > -1")
         self.__dict__["_pending"] = (prob, g_all, t_all) if fast else None
         if not fast:
@@ -892,7 +765,7 @@ class PsiCorrection(_Calibrator):
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> PsiCorrection:
         """Validate ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; nothing to fit. Returns ``self``."""
-        z, _ = _check_fit_args(logits, labels, "PsiCorrection.fit")
+        z, _ = _fts.check_fit_args(logits, labels, "PsiCorrection.fit")
         self.n_classes_ = int(z.shape[1])
         return self
 

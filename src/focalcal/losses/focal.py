@@ -40,6 +40,24 @@ FLSD532: tuple[tuple[float, float], ...] = ((0.2, 5.0), (0.5, 3.0), (1.0, 2.0))
 
 DUAL_VARIANTS = ("paper", "released")
 
+# the public losses; the check_* helpers, focal_family and the AdaFocal helpers are shared with
+# the modules of .modules, not API
+__all__ = [
+    "FLSD53",
+    "FLSD532",
+    "adafocal_loss",
+    "cross_entropy_loss",
+    "dual_focal_loss",
+    "flsd_loss",
+    "focal_gamma_at_epoch",
+    "focal_loss",
+    "inverse_focal_gamma_threshold",
+    "inverse_focal_loss",
+    "prop2_schedule",
+    "sample_dependent_focal_loss",
+    "scheduled_focal_loss",
+]
+
 #: per-sample ``gamma`` from the detached ``log p_t``: a tensor, or ``(|gamma|, (s, is_inverse))``
 GammaFn: TypeAlias = Callable[[Tensor], "Tensor | tuple[Tensor, tuple[Tensor, Tensor]]"]
 

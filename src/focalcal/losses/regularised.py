@@ -16,6 +16,9 @@ from .._validation import ArrayLike
 from ..metrics.kernel import check_kde_params, check_mmce_params, ece_kde_unchecked, mmce_unchecked
 from ._core import check_ignore_index, check_lamda, check_reduction, penalised, prepare, reduce_loss
 
+# check_alpha is shared with .modules, not API
+__all__ = ["brier_loss", "kde_xe_loss", "label_smoothing_loss", "mmce_loss"]
+
 
 def check_alpha(alpha: float) -> float:
     """The label-smoothing ``alpha`` in [0, 1) (the bound ``(K-1)/K`` is checked with the logits)."""

@@ -25,6 +25,9 @@ from ._core import check_ignore_index, check_output, check_reduction, prepare, r
 
 AURC_WEIGHTS = ("harmonic", "log")
 
+# the check_* helpers are shared with .modules, not API
+__all__ = ["AURC_WEIGHTS", "aurc_loss", "selective_risk_loss", "selective_risk_weights"]
+
 
 # --------------------------------------------------------------------------------------------
 # AURC
