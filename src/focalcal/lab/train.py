@@ -14,14 +14,14 @@ is the same in one call::
 
 Losses that change during training
 ----------------------------------
-A loss is a callable ``loss_fn(logits, target) -> scalar`` (mean over the batch). A loss that needs
+A loss is a callable ``loss_fn(logits, labels) -> scalar`` (mean over the batch). A loss that needs
 more from the trainer says so by its type, one :class:`typing.Protocol` per need:
 
 - :class:`EpochScheduled` (``set_epoch(epoch)``): called before every epoch with the 0-based epoch
   (the epoch-scheduled focal loss, FLSc);
 - :class:`ValidationUpdated` (``update(val_logits, val_labels)``): called after every epoch with the
   validation logits and labels on the training device (AdaFocal); such a loss needs ``val_loader``;
-- :class:`ModelAware` (``requires_model = True``): called as ``loss_fn(logits, target, model=model,
+- :class:`ModelAware` (``requires_model = True``): called as ``loss_fn(logits, labels, model=model,
   inputs=x)`` (the Hessian-trace penalty).
 
 :meth:`LossHooks.of` reads these once, when the trainer is built; pass ``hooks=LossHooks(...)`` to
@@ -122,7 +122,7 @@ class ValidationUpdated(Protocol):
 class ModelAware(Protocol):
     """A loss that needs the network and the batch (e.g. the Hessian-trace penalty).
 
-    With ``requires_model`` true it is called as ``loss_fn(logits, target, model=model, inputs=x)``.
+    With ``requires_model`` true it is called as ``loss_fn(logits, labels, model=model, inputs=x)``.
     """
 
     requires_model: bool
@@ -140,7 +140,7 @@ class LossHooks:
         After every epoch's evaluation, with the validation logits and labels on the training
         device; needs a ``val_loader``.
     needs_model : bool
-        Call the loss as ``loss_fn(logits, target, model=model, inputs=x)``.
+        Call the loss as ``loss_fn(logits, labels, model=model, inputs=x)``.
     """
 
     on_epoch_start: Callable[[int], Any] | None = None
@@ -379,7 +379,7 @@ class Trainer:
         Maps a batch of inputs to logits ``(B, K)``; its last :class:`~torch.nn.Linear` is found by
         :func:`focalcal.lab.models.last_linear`.
     loss_fn : callable
-        ``loss_fn(logits, target) -> scalar`` (mean over the batch); see the module docstring for
+        ``loss_fn(logits, labels) -> scalar`` (mean over the batch); see the module docstring for
         the hooks a loss may declare.
     settings : TrainSettings
     out_dir : path, optional
