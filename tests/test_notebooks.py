@@ -15,7 +15,7 @@ import nbformat
 import papermill as pm
 import pytest
 
-from focalcal.lab import results, sweep
+from focalcal.lab import results, sweep, template
 from focalcal.lab.io import torch_load
 
 TEMPLATES = sweep.templates_dir()
@@ -50,6 +50,8 @@ def test_template_structure(name):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert "\ndef " not in "\n" + cell.source and "\nclass " not in "\n" + cell.source
+    # the [lab] extra alone runs them: nothing of the book's packages
+    assert not [m for m in ("myst_nb", "focalcal_book", "jupyter_book") if m in text]
 
 
 def test_templates_take_every_parameter_the_sweep_passes(tmp_path):
@@ -71,52 +73,52 @@ def test_check_templates_reads_the_declared_parameters():
 
 def test_check_parameters_finds_what_papermill_injected():
     params = 'dataset = "gaussian_mixture"  # a comment\nepochs = 3\nlr = None'
-    sweep.check_parameters(["", params])  # nothing injected: the defaults
-    sweep.check_parameters(["", params, "# Parameters\nepochs = 1\nlr = 0.1\n", "x = 1"])
+    template.check_parameters(["", params])  # nothing injected: the defaults
+    template.check_parameters(["", params, "# Parameters\nepochs = 1\nlr = 0.1\n", "x = 1"])
     with pytest.raises(ValueError, match=r"unknown parameter 'epoch' \(did you mean 'epochs'\?\); "
                                          r"the parameters are dataset, epochs, lr$"):
-        sweep.check_parameters(["", params, "# Parameters\nepoch = 1\n"])
+        template.check_parameters(["", params, "# Parameters\nepoch = 1\n"])
     with pytest.raises(ValueError, match="unknown parameter 'colour'; the parameters"):
-        sweep.check_parameters(["", params, "# Parameters\nepochs = 2\ncolour = 'red'\n"])
-    sweep.check_parameters([])  # outside a kernel there is no history
+        template.check_parameters(["", params, "# Parameters\nepochs = 2\ncolour = 'red'\n"])
+    template.check_parameters([])  # outside a kernel there is no history
 
 
 def test_reported_errors_put_the_cause_first(capsys):
     with pytest.raises(ValueError, match="epochs must be an integer >= 1") as err:
-        with sweep.reported_errors():
+        with template.reported_errors():
             sweep.train_settings("cpu_adam", epochs=-1)
     rendered = err.value._render_traceback_()
     assert rendered[0] == "ValueError: epochs must be an integer >= 1, got -1"
     assert rendered[1].startswith("(raised by check_int in ") and len(rendered) == 2
     assert capsys.readouterr().err == "error: ValueError: epochs must be an integer >= 1, got -1\n"
     with pytest.raises(KeyError):  # other errors keep their traceback
-        with sweep.reported_errors():
+        with template.reported_errors():
             raise KeyError("x")
 
 
 def test_run_folders_of_the_templates(tmp_path, monkeypatch):
     params = {"dataset": "gaussian_mixture", "model": "mlp", "loss": "focal", "loss_params": "{}",
               "seed": 0, "epochs": 3, "train_subset": 2000, "lr": None}
-    focal = sweep.default_run_dir(params, tmp_path)
+    focal = template.default_run_dir(params, tmp_path)
     assert focal.parent == tmp_path / "runs" and focal.name.startswith("gaussian_mixture-mlp-focal-s0-")
-    assert focal == sweep.default_run_dir({**params, "device": "cpu", "out_dir": "x"}, tmp_path)
-    others = {sweep.default_run_dir({**params, **change}, tmp_path) for change in (
+    assert focal == template.default_run_dir({**params, "device": "cpu", "out_dir": "x"}, tmp_path)
+    others = {template.default_run_dir({**params, **change}, tmp_path) for change in (
         {"loss": "ce"}, {"loss_params": '{"gamma": 1.0}'}, {"seed": 1}, {"epochs": 1},
         {"train_subset": 0}, {"lr": 0.1})}
     assert len(others) == 6 and focal not in others
     monkeypatch.chdir(tmp_path)
-    assert sweep.default_run_dir(params) == focal
+    assert template.default_run_dir(params) == focal
     with pytest.raises(FileNotFoundError, match="no finished train_classifier run in"):
-        sweep.latest_run()
+        template.latest_run()
     for i, d in enumerate((focal, *sorted(others)[:2])):
         d.mkdir(parents=True)
         (d / "logits.pt").write_bytes(b"")
         os.utime(d / "logits.pt", (1e9 + i, 1e9 + i))  # trained one after the other
-    assert sweep.latest_run() == sorted(others)[1] and sweep.latest_run(tmp_path) == sorted(others)[1]
-    assert sweep.loss_parameters('{"gamma": 2}') == {"gamma": 2}
+    assert template.latest_run() == sorted(others)[1] and template.latest_run(tmp_path) == sorted(others)[1]
+    assert template.loss_parameters('{"gamma": 2}') == {"gamma": 2}
     for bad in ("gamma=2", "[1]", None):
         with pytest.raises(ValueError, match="loss_params must be a JSON object"):
-            sweep.loss_parameters(bad)
+            template.loss_parameters(bad)
 
 
 @pytest.mark.notebooks
@@ -131,7 +133,7 @@ def test_templates_execute_with_defaults(tmp_path):
     assert blob["val_logits"].shape == (1000, 10) and blob["test_labels"].shape == (1000,)
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert config["loss"] == "focal" and json.loads(config["loss_params"]) == {}
-    assert run_dir == sweep.default_run_dir(config, tmp_path)
+    assert run_dir == template.default_run_dir(config, tmp_path)
     rows = json.loads((run_dir / "calibration.json").read_text())
     assert [r["method"] for r in rows] == list(results.METHODS)
     psi = rows[results.METHODS.index("Psi")]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from focalcal.lab import sweep
+from focalcal.lab import sweep, template
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH_LINE = re.compile(r"^epoch 1/1  train loss \d+\.\d+  val NLL \d+\.\d+  val ECE \d+\.\d+", re.M)
@@ -78,7 +78,7 @@ def test_readme_papermill_commands_twice_with_two_losses(project):
     assert {p.name for p in cwd.iterdir()} == {"runs"}
     for run_dir in runs:
         config = json.loads((run_dir / "config.json").read_text())["config"]
-        assert config["epochs"] == 1 and run_dir == sweep.default_run_dir(config, cwd)
+        assert config["epochs"] == 1 and run_dir == template.default_run_dir(config, cwd)
         assert len(json.loads((run_dir / "history.json").read_text())["records"]) == 1
     # --log-output shows the trainer's line per epoch
     train_logs = [log for command, log in zip(commands, logs) if command in trains]

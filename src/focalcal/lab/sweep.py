@@ -2,7 +2,8 @@
 
 ::
 
-    python -m focalcal.lab.sweep --profile {smoke,cpu,paper} --out DIR [--executor local|slurm] [--jobs N]
+    python -m focalcal.lab.sweep --profile {smoke,cpu,paper} [--out DIR] [--executor local|slurm]
+                                 [--jobs N] [--only PATTERN] [--list]
 
 A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`).
 Each run executes two papermill templates from ``notebooks/``:
@@ -12,12 +13,13 @@ Each run executes two papermill templates from ``notebooks/``:
 2. ``posthoc_calibration``: fits the post-hoc calibrators on the validation logits and writes one
    row per calibration method into ``calibration.json``.
 
-Layout of ``DIR``::
+``DIR`` defaults to ``runs/<profile>`` under the working directory; ``--only`` runs the runs whose
+id matches an ``fnmatch`` pattern, ``--list`` shows each run and whether it is done. Layout of ``DIR``::
 
     DIR/runs/<run>/spec.json                   what the run is
     DIR/runs/<run>/train_classifier.ipynb      executed notebooks (kept for inspection)
     DIR/runs/<run>/posthoc_calibration.ipynb
-    DIR/runs/<run>/run.log                     the run process's output (local executor)
+    DIR/runs/<run>/run.log                     the run's output, its cells' included (local executor)
     DIR/runs/<run>/result.json                 written last, atomically: the run is complete
     DIR/results.csv                            one row per run x calibration method
 
@@ -35,9 +37,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -323,111 +324,6 @@ def subset_sizes(train_subset: int = 0, eval_subset: int = 0) -> dict[str, int] 
     return sizes or None
 
 
-def loss_parameters(loss_params: str) -> dict[str, Any]:
-    """The template's ``loss_params`` (a JSON object, as papermill passes it) as a dict."""
-    try:
-        params = json.loads(loss_params)
-    except (TypeError, ValueError):
-        params = None
-    if not isinstance(params, dict):
-        raise ValueError("loss_params must be a JSON object of the loss's keyword arguments, such as "
-                         f"'{{\"gamma\": 3.0}}' or '{{}}'; got {loss_params!r}")
-    return params
-
-
-# the train_classifier parameters that make a run's id (besides dataset, model, loss and seed):
-# what changes the trained model; device, out_dir, resume and keep_checkpoint do not
-_RUN_KEYS = ("epochs", "train_subset", "eval_subset", "batch_size", "schedule", "optimizer", "lr",
-             "clip_grad_norm", "logits_epochs")
-
-
-def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
-    """Where ``train_classifier`` puts a run when no ``out_dir`` is given: ``<root>/runs/<run id>``.
-
-    ``parameters`` are the template's (``dataset``, ``model``, ``loss``, ``loss_params`` as JSON,
-    ``seed`` and the training settings); the id is :attr:`RunSpec.run_id` of that run, so runs
-    with other parameters land in other folders. ``root`` defaults to the working directory.
-    """
-    spec = RunSpec(parameters["dataset"], parameters["model"],
-                   loss(parameters["loss"], **loss_parameters(parameters["loss_params"])),
-                   int(parameters["seed"]),
-                   tuple(sorted((k, parameters[k]) for k in _RUN_KEYS if parameters.get(k) is not None)),
-                   model_params=tuple(sorted(json.loads(parameters.get("model_params") or "{}").items())))
-    return Path.cwd() / "runs" / spec.run_id if root is None else Path(root) / "runs" / spec.run_id
-
-
-def latest_run(root: str | os.PathLike | None = None) -> Path:
-    """The run folder under ``<root>/runs/`` (default: the working directory) trained last;
-    ``FileNotFoundError`` if there is none (no folder with a ``logits.pt``)."""
-    base = (Path.cwd() if root is None else Path(root)) / "runs"
-    done = sorted(base.glob("*/logits.pt"), key=lambda p: p.stat().st_mtime_ns)
-    if not done:
-        raise FileNotFoundError(f"no finished train_classifier run in {base}: run train_classifier "
-                                f"first, or pass run_dir")
-    return done[-1].parent
-
-
-# papermill puts the parameters it was given into a cell of its own right after the parameters
-# cell, and that cell's source starts with this comment (papermill.parameterize)
-_INJECTED = "# Parameters\n"
-
-
-def _assigned(source: str) -> list[str]:
-    import ast
-
-    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
-            for t in node.targets if isinstance(t, ast.Name)]
-
-
-def check_parameters(history: Sequence[str] | None = None) -> None:
-    """Raise ``ValueError`` naming a parameter papermill passed that the template does not declare.
-
-    papermill only warns ("Passed unknown parameter") and runs on with the defaults. The check
-    reads the kernel's input history (IPython's ``In``): the cell papermill injected and the one
-    executed just before it, the ``parameters`` cell; without an injected cell there is none.
-    """
-    import difflib
-
-    if history is None:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        history = shell.user_ns.get("In", []) if shell is not None else []
-    for i in range(len(history) - 1, 0, -1):
-        if history[i].startswith(_INJECTED):
-            declared = _assigned(history[i - 1])
-            unknown = [name for name in _assigned(history[i]) if name not in declared]
-            if unknown:
-                close = difflib.get_close_matches(unknown[0], declared, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"unknown parameter {unknown[0]!r}{hint}; the parameters are "
-                                 f"{', '.join(declared)}")
-            return
-
-
-@contextmanager
-def reported_errors(*kinds: type[Exception]) -> Iterator[None]:
-    """Around a template's checks: an error stops the notebook with its cause as the first line.
-
-    The cause (``error: ValueError: epochs must be ...``) goes to stderr, where papermill's
-    ``--log-output`` and a sweep run's ``run.log`` show it before anything else, and it replaces
-    the kernel's traceback (IPython's ``_render_traceback_``) by itself and the place it was
-    raised: a bad parameter is not a bug, and papermill prints that traceback after its own.
-    ``kinds`` defaults to ``ValueError`` and ``FileNotFoundError``.
-    """
-    import traceback
-
-    try:
-        yield
-    except (kinds or (ValueError, FileNotFoundError)) as err:
-        cause = f"{type(err).__name__}: {err}"
-        print(f"error: {cause}", file=sys.stderr, flush=True)
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        where = f"(raised by {frame.name} in {frame.filename}, line {frame.lineno})"
-        err._render_traceback_ = lambda: [cause, where]  # type: ignore[attr-defined]
-        raise
-
-
 # --------------------------------------------------------------------------------------------
 # executing one run
 # --------------------------------------------------------------------------------------------
@@ -450,6 +346,8 @@ def check_templates(runs: Iterable[RunSpec] = ()) -> dict[str, list[str]]:
     """The parameters each template declares; raises ``FileNotFoundError`` (a template is
     missing) or ``ValueError`` (not one ``parameters`` cell, or a parameter ``runs`` pass that
     a template does not declare), once, before any run starts."""
+    from .template import assigned_names
+
     declared = {}
     for name in TEMPLATES:
         cells = [c for c in _read_template(name).cells
@@ -457,7 +355,7 @@ def check_templates(runs: Iterable[RunSpec] = ()) -> dict[str, list[str]]:
         if len(cells) != 1:
             raise ValueError(f"papermill template {name} must have one cell tagged 'parameters'; "
                              f"it has {len(cells)}")
-        declared[name] = _assigned(cells[0].source)
+        declared[name] = assigned_names(cells[0].source)
     for spec in runs:
         for name, given in (("train_classifier", spec.train_parameters(Path())),
                             ("posthoc_calibration", spec.posthoc_parameters(Path()))):

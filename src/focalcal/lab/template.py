@@ -1,0 +1,130 @@
+"""What the papermill templates call: their parameters checked, their errors shown, their run folders.
+
+- :func:`check_parameters`: a parameter papermill passed that the template does not declare is an
+  error (papermill itself only warns and runs on with the defaults);
+- :func:`reported_errors`: around a template's checks, an error stops the notebook with its cause
+  as the first line of what papermill shows;
+- :func:`default_run_dir` and :func:`latest_run`: a run's folder under ``runs/`` of the working
+  directory when no ``out_dir`` or ``run_dir`` is given;
+- :func:`loss_parameters`: the ``loss_params`` JSON parameter as a dict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .sweep import RunSpec, loss
+
+__all__ = ["check_parameters", "reported_errors", "default_run_dir", "latest_run", "loss_parameters",
+           "assigned_names"]
+
+
+def loss_parameters(loss_params: str) -> dict[str, Any]:
+    """The template's ``loss_params`` (a JSON object, as papermill passes it) as a dict."""
+    try:
+        params = json.loads(loss_params)
+    except (TypeError, ValueError):
+        params = None
+    if not isinstance(params, dict):
+        raise ValueError("loss_params must be a JSON object of the loss's keyword arguments, such as "
+                         f"'{{\"gamma\": 3.0}}' or '{{}}'; got {loss_params!r}")
+    return params
+
+
+# the train_classifier parameters that make a run's id (besides dataset, model, loss and seed):
+# what changes the trained model; device, out_dir, resume and keep_checkpoint do not
+_RUN_KEYS = ("epochs", "train_subset", "eval_subset", "batch_size", "schedule", "optimizer", "lr",
+             "clip_grad_norm", "logits_epochs")
+
+
+def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
+    """Where ``train_classifier`` puts a run when no ``out_dir`` is given: ``<root>/runs/<run id>``.
+
+    ``parameters`` are the template's (``dataset``, ``model``, ``loss``, ``loss_params`` as JSON,
+    ``seed`` and the training settings); the id is :attr:`RunSpec.run_id` of that run, so runs
+    with other parameters land in other folders. ``root`` defaults to the working directory.
+    """
+    spec = RunSpec(parameters["dataset"], parameters["model"],
+                   loss(parameters["loss"], **loss_parameters(parameters["loss_params"])),
+                   int(parameters["seed"]),
+                   tuple(sorted((k, parameters[k]) for k in _RUN_KEYS if parameters.get(k) is not None)),
+                   model_params=tuple(sorted(json.loads(parameters.get("model_params") or "{}").items())))
+    return Path.cwd() / "runs" / spec.run_id if root is None else Path(root) / "runs" / spec.run_id
+
+
+def latest_run(root: str | os.PathLike | None = None) -> Path:
+    """The run folder under ``<root>/runs/`` (default: the working directory) trained last;
+    ``FileNotFoundError`` if there is none (no folder with a ``logits.pt``)."""
+    base = (Path.cwd() if root is None else Path(root)) / "runs"
+    done = sorted(base.glob("*/logits.pt"), key=lambda p: p.stat().st_mtime_ns)
+    if not done:
+        raise FileNotFoundError(f"no finished train_classifier run in {base}: run train_classifier "
+                                f"first, or pass run_dir")
+    return done[-1].parent
+
+
+# papermill puts the parameters it was given into a cell of its own right after the parameters
+# cell, and that cell's source starts with this comment (papermill.parameterize)
+_INJECTED = "# Parameters\n"
+
+
+def assigned_names(source: str) -> list[str]:
+    import ast
+
+    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)]
+
+
+def check_parameters(history: Sequence[str] | None = None) -> None:
+    """Raise ``ValueError`` naming a parameter papermill passed that the template does not declare.
+
+    papermill only warns ("Passed unknown parameter") and runs on with the defaults. The check
+    reads the kernel's input history (IPython's ``In``): the cell papermill injected and the one
+    executed just before it, the ``parameters`` cell; without an injected cell there is none.
+    """
+    import difflib
+
+    if history is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        history = shell.user_ns.get("In", []) if shell is not None else []
+    for i in range(len(history) - 1, 0, -1):
+        if history[i].startswith(_INJECTED):
+            declared = assigned_names(history[i - 1])
+            unknown = [name for name in assigned_names(history[i]) if name not in declared]
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], declared, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown parameter {unknown[0]!r}{hint}; the parameters are "
+                                 f"{', '.join(declared)}")
+            return
+
+
+@contextmanager
+def reported_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """Around a template's checks: an error stops the notebook with its cause as the first line.
+
+    The cause (``error: ValueError: epochs must be ...``) goes to stderr, where papermill's
+    ``--log-output`` and a sweep run's ``run.log`` show it before anything else, and it replaces
+    the kernel's traceback (IPython's ``_render_traceback_``) by itself and the place it was
+    raised: a bad parameter is not a bug, and papermill prints that traceback after its own.
+    ``kinds`` defaults to ``ValueError`` and ``FileNotFoundError``.
+    """
+    import traceback
+
+    try:
+        yield
+    except (kinds or (ValueError, FileNotFoundError)) as err:
+        cause = f"{type(err).__name__}: {err}"
+        print(f"error: {cause}", file=sys.stderr, flush=True)
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        where = f"(raised by {frame.name} in {frame.filename}, line {frame.lineno})"
+        err._render_traceback_ = lambda: [cause, where]  # type: ignore[attr-defined]
+        raise
