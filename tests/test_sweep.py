@@ -45,7 +45,8 @@ def test_profiles_expand_to_unique_valid_runs():
     smoke = sweep.get_profile("smoke").expand()
     assert {r.loss.name for r in smoke} == set(LOSSES)
     assert {r.dataset for r in smoke} == {"gaussian_mixture", "charoenphakdee_1d", "fashion_mnist"}
-    assert len(smoke) == len(LOSSES) + len(sweep.SMOKE_PAIR)  # each loss once (the pair twice): short
+    # each loss once (the pair twice) plus the curvature chapter's runs: short
+    assert len(smoke) == len(LOSSES) + len(sweep.SMOKE_PAIR) + len(sweep.SMOKE_CURVATURE_LOSSES)
 
 
 def test_run_id_depends_on_every_setting():
