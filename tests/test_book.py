@@ -3,11 +3,14 @@
 One session-scoped build executes every chapter (a failing cell fails the build, since the config
 sets ``nb_execution_raise_on_error``); then every page of the table of contents is opened in
 headless Chromium after its scripts ran: typeset math present, no raw TeX delimiters left, every
-image present and non-empty.
+image present and non-empty, and, at a 1280 px wide window, no table wider than the content
+column unless it scrolls inside a container of its own.
 """
 
 from __future__ import annotations
 
+import html as html_lib
+import json
 import os
 import re
 import shutil
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bs4 import BeautifulSoup
+from focalcal_book.style import COLUMN_PX
 
 pytestmark = pytest.mark.book
 
@@ -27,7 +31,40 @@ OUT = ROOT / "_build" / "test"
 HTML = OUT / "_build" / "html"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--virtual-time-budget=20000", "--dump-dom"]
+                  "--virtual-time-budget=20000", "--window-size=1280,4000", "--hide-scrollbars",
+                  "--dump-dom"]
+# Run in each page once MathJax has typeset it (formulas change widths): the content column's width
+# and every table in the article that sticks out past the column without a scrolling container of
+# its own between it and the column. Written into the DOM, where --dump-dom picks it up.
+LAYOUT_PROBE = """<script>
+window.addEventListener("load", () => {
+  const typeset = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
+  typeset.then(() => {
+    const article = document.querySelector("article.bd-article") || document.querySelector("main");
+    const cs = getComputedStyle(article);
+    const box = article.getBoundingClientRect();
+    const left = box.left + parseFloat(cs.paddingLeft), right = box.right - parseFloat(cs.paddingRight);
+    const overflowing = [];
+    for (const table of article.querySelectorAll("table")) {
+      const r = table.getBoundingClientRect();
+      if (r.right <= right + 1 && r.left >= left - 1) continue;
+      let scrolls = false;
+      for (let el = table.parentElement; el && el !== article; el = el.parentElement) {
+        const e = el.getBoundingClientRect();
+        if (["auto", "scroll"].includes(getComputedStyle(el).overflowX) && e.right <= right + 1) {
+          scrolls = true;
+          break;
+        }
+      }
+      if (!scrolls) overflowing.push({width: r.width, text: table.innerText.slice(0, 80)});
+    }
+    const out = document.createElement("pre");
+    out.id = "focalcal-layout";
+    out.textContent = JSON.stringify({column: right - left, overflowing: overflowing});
+    document.body.appendChild(out);
+  });
+});
+</script>"""
 
 
 def toc_pages() -> list[str]:
@@ -86,8 +123,14 @@ def rendered(built_book) -> dict[str, str]:
 
     def dump(page: str) -> tuple[str, str]:
         html = built_book / f"{page}.html"
-        proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={OUT / 'chromium' / page}",
-                               html.as_uri()], capture_output=True, text=True, timeout=120)
+        # a copy beside the page (its relative links still resolve) that carries the layout probe
+        probe = html.with_name(f"{html.stem}.layout-probe.html")
+        probe.write_text(html.read_text().replace("</head>", LAYOUT_PROBE + "</head>", 1))
+        try:
+            proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={OUT / 'chromium' / page}",
+                                   probe.as_uri()], capture_output=True, text=True, timeout=120)
+        finally:
+            probe.unlink()
         return page, proc.stdout
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -161,6 +204,25 @@ def test_page_reads_well_in_chromium(built_book, rendered, page):
             pytest.fail(f"{page}: image {src} needs the network")
         path = (built_book / page).parent / src
         assert path.is_file() and path.stat().st_size > 0, f"{page}: image {src} missing or empty"
+
+
+def _layout(dom: str, page: str) -> dict:
+    hit = re.search(r'<pre id="focalcal-layout"[^>]*>(.*?)</pre>', dom, re.S)
+    assert hit is not None, f"{page}: the layout probe did not report (did MathJax finish?)"
+    return json.loads(html_lib.unescape(hit.group(1)))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_tables_fit_the_column(rendered, page):
+    """At 1280 px a table fits the content column or scrolls in its own container: one that runs
+    past the column is cut off at the right for the reader (the wide post-hoc tables were)."""
+    layout = _layout(rendered[page], page)
+    # the figure style sizes its text for this column (focalcal_book.style.COLUMN_PX)
+    assert abs(layout["column"] - COLUMN_PX) <= 2, (
+        f"{page}: content column {layout['column']:.0f} px at a 1280 px window, the figure style "
+        f"assumes {COLUMN_PX} px")
+    wide = [f"{t['width']:.0f} px: {t['text'][:60]!r}" for t in layout["overflowing"]]
+    assert not wide, f"{page}: tables wider than the {layout['column']:.0f} px column: {wide}"
 
 
 def test_published_logits_page_shows_the_data(built_book):

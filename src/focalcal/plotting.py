@@ -55,6 +55,11 @@ ALIASES = {
 
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 
+#: Width in inches of the widest figure the lab and the book draw. A web page shows a figure at most
+#: as wide as its text column and shrinks a wider one, text included; at this width the book's
+#: smallest figure text still renders at 10 px in its 688 px column (focalcal_book.style).
+FIGURE_WIDTH_IN = 8.4
+
 
 def color(method: str) -> str:
     """The book-wide colour of ``method`` (a display name or a loss/calibrator key).
@@ -162,10 +167,11 @@ def plot_reliability(probs: ArrayLike | None = None, labels: ArrayLike | None = 
     ax.set_xlim(*xlim)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
-    if binning == "width":
-        ax.legend(loc="upper left")
-    else:  # the bars fill the panel; a framed legend in the corner of the lowest-accuracy bins
-        ax.legend(loc="lower right", frameon=True, framealpha=0.9)
+    # the legend goes below the histogram: inside the diagram it would cover bars, which can fill
+    # any corner (a well-trained network's equal-mass bins fill the panel)
+    axh.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, -0.5),
+               ncol=1, frameon=False)
+    if binning == "mass":
         from matplotlib.ticker import MaxNLocator
 
         axh.xaxis.set_major_locator(MaxNLocator(integer=True))

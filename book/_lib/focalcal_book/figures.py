@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
 from focalcal import maps
 from focalcal.plotting import color, gamma_colors
+from focalcal_book.style import FIGURE_WIDTH_IN as WIDTH, SMALLEST_FONT_PT
 
 F64 = torch.float64
 
@@ -32,7 +34,7 @@ def bernoulli_step_and_slack(gammas: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 3.0
     ``L_f - (KL - gamma H[p])``, for K = 2 and a one-hot target, against ``p``."""
     pp = torch.linspace(1e-4, 1 - 1e-4, 2000, dtype=F64)
     entropy2 = torch.special.entr(pp) + torch.special.entr(1 - pp)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 3.6))
     for g, c in zip(gammas, gamma_colors(gammas)):
         ax1.plot(pp, (1 - pp)**g - (1 - g * pp), color=c, label=fr"$\gamma = {g:g}$")
         slack = maps.focal_loss_term(pp, g) - (-torch.log(pp) - g * entropy2)
@@ -108,7 +110,7 @@ def phi_regions(gammas: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0), *,
     ax.set_ylabel(r"$\varphi^\gamma(v)$")
     ax.set_title(r"Fig. 1: $\varphi^\gamma$ and the regions of Thm. 8")
     ax.set(xlim=(0, 1), ylim=(0, 1.6))
-    ax.legend(ncol=2, fontsize=8)
+    ax.legend(ncol=2)
     return fig
 
 
@@ -123,7 +125,7 @@ def top_probability_maps(gammas: Sequence[float] = (0.0, 1.0, 2.0, 3.0, 5.0), *,
                        torch.linspace(0.1, 0.999, 200, dtype=F64)[1:]])
     q_big = torch.cat([m_big[:, None], ((1 - m_big) / (k - 1))[:, None].expand(-1, k - 1)], 1)
     t_half = torch.linspace(0.5, 1, 501, dtype=F64)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.0))
+    fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.5))
     max_gap = {}
     for g, c in zip(gammas, gamma_colors(gammas)):
         lab = _gamma_label(g)
@@ -136,13 +138,14 @@ def top_probability_maps(gammas: Sequence[float] = (0.0, 1.0, 2.0, 3.0, 5.0), *,
         ax.plot([0, 1], [0, 1], color=color("identity"), lw=1, ls="--")
         ax.set_xlabel(r"$\max_y \eta_y$")
         ax.set_ylabel(r"$\max_y q^{\gamma,*}_y$")
-    axes[0].set(xlim=(0.5, 1), ylim=(0.5, 1), title="(a) binary: always under-confident")
-    axes[1].set_title(fr"(b) $K = {k}$")
+    # two-line titles: three panels share the page's width
+    axes[0].set(xlim=(0.5, 1), ylim=(0.5, 1), title="(a) binary:\nalways under-confident")
+    axes[1].set_title(fr"(b) $K = {k}$" "\n")
     axes[2].axhline(0, color=color("identity"), lw=1, ls="--")
     axes[2].set_xscale("log")
     axes[2].set_xlabel(r"$\max_y \eta_y$ (log scale)")
     axes[2].set_ylabel(r"$\max_y q^{\gamma,*}_y - \max_y \eta_y$")
-    axes[2].set_title(fr"(c) $K = {k}$: over-confident where $> 0$")
+    axes[2].set_title(fr"(c) $K = {k}$:" "\n" r"over-confident where $> 0$")
     axes[0].legend(loc="upper left")
     fig.tight_layout()
     return fig, max_gap
@@ -157,7 +160,7 @@ def proper_part_and_binary_map(loss_gammas: Sequence[float] = (0.5, 3.0),
                                                               3.0, 5.0)) -> Figure:
     """K&K's Fig. 1: (left) the proper part ``L*(r, 1)`` of the focal loss against the focal loss
     itself and cross-entropy; (right) the binary focal calibration map for several gammas."""
-    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
     r_plot = torch.linspace(0.01, 0.99, 397, dtype=F64)
     ax_l.plot(r_plot, -torch.log(r_plot), color=color("cross-entropy"), label="cross-entropy")
     for gam, col in zip(loss_gammas, gamma_colors(list(loss_gammas))):
@@ -179,7 +182,7 @@ def proper_part_and_binary_map(loss_gammas: Sequence[float] = (0.5, 3.0),
                       label=rf"$\gamma={gam:g}$")
     ax_r.set(xlabel=r"predicted probability $q$", ylabel=r"$\hat p_\gamma(q)$",
              title="Binary focal calibration map", xlim=(0, 1), ylim=(0, 1), aspect="equal")
-    ax_r.legend(loc="upper left", fontsize=8)
+    ax_r.legend(loc="upper left")
     fig.tight_layout()
     return fig
 
@@ -188,7 +191,7 @@ def temperature_bounds(gammas, t1, t2, tight, *, paper=(0.206, 0.218)) -> Figure
     """K&K's Fig. 3 on the scale ``1/T - gamma``: the proven temperatures ``t1, t2``, the
     tightest ones on a logit grid (``tight[:, 0]`` sharp, ``tight[:, 1]`` soft) and the paper's
     values for gamma = 4; right, the width of each band."""
-    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
     c_sharp, c_soft = color("TS"), color("focal TS")
     # plotted as 1/T - gamma: the bands shrink like 1/gamma^2 on the T scale
     ax_l.plot(gammas, 1 / t1 - gammas, color=c_sharp, label=r"theory $T_1 = 1/(\gamma+1)$")
@@ -201,7 +204,7 @@ def temperature_bounds(gammas, t1, t2, tight, *, paper=(0.206, 0.218)) -> Figure
     ax_l.scatter([4, 4], [1 / paper[0] - 4, 1 / paper[1] - 4], marker="x", color="k", zorder=5,
                  label=r"paper's tightest, $\gamma = 4$")
     ax_l.set(xlabel=r"$\gamma$", ylabel=r"$1/T - \gamma$", title="Temperature bounds of FC")
-    ax_l.legend(fontsize=8)
+    ax_l.legend()
     ax_r.plot(gammas, t2 - t1, color=color("identity"), label="theory")
     ax_r.plot(gammas, tight[:, 1] - tight[:, 0], color=color("identity"), ls="--",
               label=r"tightest on $s \in [-20, 20]$")
@@ -209,7 +212,7 @@ def temperature_bounds(gammas, t1, t2, tight, *, paper=(0.206, 0.218)) -> Figure
               label=r"tightest over all $s$ ($T_{sharp} = T_1$)")
     ax_r.set(xlabel=r"$\gamma$", ylabel=r"width $T_{soft} - T_{sharp}$",
              title="Width of the bounds")
-    ax_r.legend(fontsize=8)
+    ax_r.legend()
     fig.tight_layout()
     return fig
 
@@ -221,7 +224,7 @@ def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
     map for two gammas."""
     import numpy as np
 
-    fig, (ax_a, ax_b, ax_c) = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, (ax_a, ax_b, ax_c) = plt.subplots(1, 3, figsize=(WIDTH, 3.4))
     ax_a.fill_between(gammas, 1 - np.log1p(gammas) / 2, np.ones_like(gammas), color="0.85",
                       label="Prop. 3 band")
     ax_a.plot(gammas, inv_t - gammas, color=color("TS"), label=r"minimax $1/T^*$")
@@ -230,12 +233,12 @@ def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
     ax_a.plot(gammas, -0.05 * gammas + 0.85, color="k", ls=":",
               label=r"paper: 0.95$\gamma$ + 0.85")
     ax_a.set(xlabel=r"$\gamma$", ylabel=r"$1/T - \gamma$", title="Closest TS to FC")
-    ax_a.legend(fontsize=8)
+    ax_a.legend()
     ax_b.semilogy(gammas, err, color=color("TS"), label="closest TS (per-$\\gamma$ optimum)")
     ax_b.axhline(1e-3, color="k", ls=":", lw=1, label=r"paper: $< 10^{-3}$")
     ax_b.set(xlabel=r"$\gamma$", ylabel=r"$\max_s |FC(s) - \sigma(s/T^*)|$",
              title="Worst-case difference")
-    ax_b.legend(fontsize=8)
+    ax_b.legend()
     s_show = torch.linspace(-6, 6, 601, dtype=F64)
     for gm, col in zip(shown, gamma_colors(list(shown))):
         i = int(np.where(gammas == gm)[0][0])
@@ -246,7 +249,7 @@ def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
     ax_c.plot(s_show, torch.sigmoid(s_show), color=color("identity"), ls=":",
               label="sigmoid (T = 1)")
     ax_c.set(xlabel="logit $s$", ylabel="probability", title="FC and its closest TS")
-    ax_c.legend(fontsize=8)
+    ax_c.legend()
     fig.tight_layout()
     return fig
 
@@ -272,12 +275,12 @@ def risk_isolines(r_grid: torch.Tensor, risks: Mapping[str, torch.Tensor], p: to
 
     tri_xy = barycentric_to_cartesian(r_grid).numpy()
     triang = mtri.Triangulation(tri_xy[:, 0], tri_xy[:, 1])
-    fig, axes = plt.subplots(1, len(risks), figsize=(14, 3.9))
+    fig, axes = plt.subplots(1, len(risks), figsize=(WIDTH, 3.1))
     p_xy = barycentric_to_cartesian(p).numpy()
     for ax, (name, risk) in zip(axes, risks.items()):
         lv = np.quantile(risk.numpy(), [x / 100 for x in levels_pct])
         cs = ax.tricontour(triang, risk.numpy(), levels=lv, colors=gamma_colors(levels_pct))
-        ax.clabel(cs, fmt={lv_: f"{pc}%" for lv_, pc in zip(cs.levels, levels_pct)}, fontsize=8)
+        ax.clabel(cs, fmt={lv_: f"{pc}%" for lv_, pc in zip(cs.levels, levels_pct)})
         ax.plot(*p_xy, marker="*", color=color("true posterior"), ms=10, ls="none", label="$p$")
         _simplex_frame(ax, name.replace("L*", "$L^*$").replace("gamma", r"$\gamma$"))
     axes[0].legend(loc="upper left")
@@ -288,7 +291,7 @@ def risk_isolines(r_grid: torch.Tensor, risks: Mapping[str, torch.Tensor], p: to
 def closest_multiclass_ts(fits: Mapping[int, Mapping], paper: Mapping[int, tuple]) -> Figure:
     """K&K's Fig. 6: the minimax ``1/T*`` per number of classes with its least-squares line and
     the paper's line (``paper[K] = (slope, intercept)``), and the worst-case differences."""
-    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
     cols = {3: color("TS"), 4: color("focal TS")}
     for k, fit in fits.items():
         sl, ic = fit["line"]
@@ -303,11 +306,11 @@ def closest_multiclass_ts(fits: Mapping[int, Mapping], paper: Mapping[int, tuple
         ax_l.plot(gam, sl * gam + ic, color=cols[k], ls=":", lw=1, label=f"paper, K = {k}")
     ax_l.set(xlabel=r"$\gamma$", ylabel=r"inverse temperature $1/T$",
              title="Closest TS to the focal map")
-    ax_l.legend(fontsize=8)
+    ax_l.legend()
     ax_r.axhline(0.08, color="k", ls=":", lw=1, label="paper: 8%")
     ax_r.set(xlabel=r"$\gamma$", ylabel=r"$\max |\hat p(q) - \mathrm{TS}_T(q)|$",
              title="Worst-case difference")
-    ax_r.legend(fontsize=8)
+    ax_r.legend()
     fig.tight_layout()
     return fig
 
@@ -320,7 +323,7 @@ def focal_and_ts_arrows(temperatures: Mapping[float, float], n: int = 12) -> Fig
 
     arrow_q = simplex_grid(n, 3, interior=True)
     arrow_xy = barycentric_to_cartesian(arrow_q).numpy()
-    fig, axes = plt.subplots(2, len(temperatures), figsize=(9, 8))
+    fig, axes = plt.subplots(2, len(temperatures), figsize=(WIDTH, 7.6))
     for col, (gm, t) in enumerate(temperatures.items()):
         targets = {f"focal map, $\\gamma = {gm:g}$": maps.focal_map(arrow_q, gm),
                    f"TS, $T = {t:.3f}$ (closest to $\\gamma = {gm:g}$)":
@@ -350,7 +353,7 @@ def focal_minus_ts(temperatures: Mapping[float, float], n: int = 150):
     heat_xy = barycentric_to_cartesian(heat_q).numpy()
     heat_tri = mtri.Triangulation(heat_xy[:, 0], heat_xy[:, 1])
     top_h = heat_q.argmax(-1, keepdim=True)
-    fig, axes = plt.subplots(1, len(temperatures), figsize=(10, 4.2))
+    fig, axes = plt.subplots(1, len(temperatures), figsize=(WIDTH, 3.8))
     argmax_top = {}
     for ax, (gm, t) in zip(axes, temperatures.items()):
         diff = maps.focal_map(heat_q, gm) - torch.softmax(torch.log(heat_q) / t, -1)
@@ -374,7 +377,7 @@ def lemma1_bernoulli(gammas: Sequence[float] = (0.5, 3.0)) -> Figure:
     proof and the bound ``L_CE - gamma H``, one panel per gamma."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(gammas), figsize=(10, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(gammas), figsize=(WIDTH, 3.5), sharey=True)
     pp = np.linspace(0.005, 0.995, 500)
     for ax, gv in zip(axes, gammas):
         ce = -np.log(pp)
@@ -385,8 +388,10 @@ def lemma1_bernoulli(gammas: Sequence[float] = (0.5, 3.0)) -> Figure:
                 label=r"Bernoulli step $-(1-\gamma p)\ln p$")
         ax.plot(pp, ce - gv * h2, ":", color=color("cross-entropy"),
                 label=r"bound $L_{CE} - \gamma H(\hat p)$")
-        ax.set(xlabel=r"predicted probability of the true class $\hat p_y$ ($k = 2$, one-hot $q$)",
-               title=rf"$\gamma = {gv:g}$", ylim=(-1.5, 4))
+        ax.set(title=rf"$\gamma = {gv:g}$", ylim=(-1.5, 4))
+    # one x label for the row: two would run into each other at the page's width
+    fig.supxlabel(r"predicted probability of the true class $\hat p_y$ ($k = 2$, one-hot $q$)",
+                  fontsize=mpl.rcParams["axes.labelsize"])
     axes[0].set_ylabel("loss (nats)")
     axes[0].legend()
     fig.tight_layout()
@@ -397,7 +402,7 @@ def gibbs_entropy_and_beta(p3, entropy, gibbs, minimum, beta, mu, phi, delta: fl
     """Theorem 1 in the discrete analogue: (left) the entropy along the feasible segment with the
     Gibbs maximum ``gibbs = (p3, H)`` and the minimum ``minimum = (p3, H)``; (right) the Gibbs
     mean ``mu(beta)`` and the printed ``Phi(beta)`` against the constraint ``delta``."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     axes[0].plot(p3, entropy, color=color("cross-entropy"), label=r"$H(p)$ on the feasible set")
     axes[0].plot([gibbs[0]], [gibbs[1]], "o", color=color("focal"),
                  label="Gibbs distribution (maximum)")
@@ -423,7 +428,7 @@ def curvature_coefficient(gammas: Sequence[float] = (0.5, 1.0, 2.0, 3.0),
     ``(1 - p0)^gamma`` (left), and ``g(p0, gamma)`` as gamma grows (right)."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     pp = torch.linspace(0.001, 0.999, 500, dtype=F64)
     for gv, col in zip(gammas, gamma_colors(list(gammas))):
         axes[0].plot(pp, maps.gradient_factor(pp, gv), color=col, label=rf"$g(p_0, {gv:g})$ (true)")
@@ -432,7 +437,7 @@ def curvature_coefficient(gammas: Sequence[float] = (0.5, 1.0, 2.0, 3.0),
     axes[0].axhline(1, color=color("cross-entropy"), lw=1, label="cross-entropy")
     axes[0].set(xlabel=r"probability of the observation at the MLE, $p_0$",
                 ylabel="curvature coefficient", title="coefficient of the curvature term")
-    axes[0].legend(fontsize=8)
+    axes[0].legend()
     gl = np.linspace(0, 8, 300)
     for p0, col in zip(p0s, gamma_colors(list(p0s), cmap="cividis")):
         g_of = [float(maps.gradient_factor(torch.tensor(p0, dtype=F64), x)) for x in gl]
@@ -440,7 +445,7 @@ def curvature_coefficient(gammas: Sequence[float] = (0.5, 1.0, 2.0, 3.0),
     axes[1].axhline(1, color=color("cross-entropy"), lw=1)
     axes[1].set(xlabel=r"focusing parameter $\gamma$", ylabel=r"$g(p_0, \gamma)$", yscale="log",
                 title="curvature relative to cross-entropy")
-    axes[1].legend(fontsize=8)
+    axes[1].legend()
     fig.tight_layout()
     return fig
 
@@ -449,7 +454,7 @@ def focal_loss_and_gradient(eq30, gammas: Sequence[float] = (0.0, 0.25, 0.5, 1.0
                             eq30_gammas: Sequence[float] = (0.25, 0.5)) -> Figure:
     """The curvature paper's Fig. 1 redrawn from the definitions: the focal loss and its
     derivative per gamma, with the printed Eq. 30 (``eq30(p, gamma)``, numpy) dotted."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     pp = torch.linspace(0.01, 0.9999, 600, dtype=F64)
     cols = dict(zip(gammas, gamma_colors(list(gammas))))
     for gv, col in cols.items():
@@ -480,7 +485,7 @@ def hutchinson_running(matrices: Mapping[str, torch.Tensor], running: Mapping, v
 
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(names), figsize=(10, 3.6), sharex=True)
+    fig, axes = plt.subplots(1, len(names), figsize=(WIDTH, 3.5), sharex=True)
     n_probes = len(next(iter(running.values())))
     mm = np.arange(1, n_probes + 1)
     for ax, name in zip(axes, names):
@@ -515,7 +520,7 @@ def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, flo
     focal map."""
     import numpy as np
 
-    fig, (ax_g, ax_h) = plt.subplots(1, 2, figsize=(11, 5.6))
+    fig, (ax_g, ax_h) = plt.subplots(1, 2, figsize=(WIDTH, 5.4))
     cols = gamma_colors(list(gammas), cmap="cividis")   # no green: FLSD-53 is green book-wide
     pp = torch.as_tensor(np.linspace(1e-4, 1 - 1e-4, 1200), dtype=F64)
     ppn = pp.numpy()
@@ -548,19 +553,19 @@ def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, flo
         ax_g.plot([p0], [1.0], "*", color="k", ms=11, zorder=5)
         ax_g.annotate(rf"$\gamma^*({p0:g}) = {gs:.2f}$", (p0, 1.0),
                       xytext=(p0 + 0.06, 0.62 + (p0 - 0.2) * 3),
-                      arrowprops=dict(arrowstyle="-", lw=0.6), fontsize=8,
+                      arrowprops=dict(arrowstyle="-", lw=0.6), fontsize=SMALLEST_FONT_PT,
                       bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
     for th in (0.2, 0.5):
         ax_g.axvline(th, color=color("FLSD-53"), lw=0.8, ls=":")
     ax_g.annotate(r"$p_0 = 0.5$: $\gamma^* = 0$" "\n"
                   r"($\tau_{uc} \to \frac{1}{2}$ as $\gamma \to 0$)", (0.5, 1.0),
-                  xytext=(0.6, 1.25), arrowprops=dict(arrowstyle="-", lw=0.6), fontsize=8)
+                  xytext=(0.6, 1.25), arrowprops=dict(arrowstyle="-", lw=0.6))
     ax_g.plot([], [], "^", color="0.3", label=r"$\tau_{oc}$ (max of $g$)")
     ax_g.plot([], [], "o", color="0.3", label=r"$\tau_{uc}$ ($g = 1$)")
     ax_g.set(xlabel=r"predicted probability of the true class $p$",
              ylabel=r"$g(p, \gamma) = \varphi^\gamma(p)$", xlim=(0, 1), ylim=(0, 1.55),
              title="Mukhoti's gradient factor = Charoenphakdee's $\\varphi$")
-    ax_g.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    ax_g.legend(fontsize=SMALLEST_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
     for gam, col in zip(gammas, cols):
         ax_h.plot(ppn, maps.h(pp, gam), color=col, lw=1.2, ls="--")
         ax_h.plot(ppn, maps.binary_focal_map(pp, gam), color=col, lw=1.6,
@@ -573,7 +578,7 @@ def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, flo
     ax_h.plot([], [], "o", color="0.3", label=r"$\tau_{uc}$: fixed point of $h$")
     ax_h.set(xlabel=r"predicted probability $q$", ylabel="weight / calibrated probability",
              xlim=(0, 1), ylim=(0, 1), title="K&K's weight $h$ and the normalised map")
-    ax_h.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    ax_h.legend(fontsize=SMALLEST_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
     fig.tight_layout()
     return fig
 
@@ -588,7 +593,7 @@ def aurc_weights_and_bias(sizes, bias, mc: tuple[int, float, float], n_show: int
     against ``ln(n)/n`` with a Monte-Carlo point ``mc = (n, mean - 1/9, standard error)``."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     rank = np.arange(1, n_show + 1)
     h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n_show + 1))])
     uu = np.linspace(0, 1, 400, endpoint=False)
@@ -617,7 +622,7 @@ def ece_lower_bounds(err, top_label: tuple, classwise: tuple, k: int) -> Figure:
     rate, with the bound ``err/k``."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     e = np.asarray(err)
     panels = ((top_label, r"\widehat{\mathrm{ECE}}", "Prop. 4.2", "finest-binning ECE",
                "top-label (Lemma 4.1, Prop. 4.2)"),
@@ -668,7 +673,7 @@ def inverse_focal_and_dual_focal(gamma_star: float, p_y, dual: Mapping[str, obje
     (``dual[variant]``: values on the probabilities ``p_y``) beside the focal loss ``focal``."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     pp = np.linspace(0.02, 0.98, 400)
     gam_show = sorted([*gammas, gamma_star])
     for gv, col in zip(gam_show, gamma_colors(gam_show)):
@@ -702,7 +707,7 @@ def smoothed_cdf_bias(scores, smoothed: Mapping[float, torch.Tensor], grid, nus,
     (``bias_curves[name, n_bins]``), with the bin widths and the paper's ``nu = 0.1``."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.5))
     n = len(scores)
     axes[0].step(np.sort(np.asarray(scores)), np.arange(1, n + 1) / n, where="post",
                  color=color("true posterior"), label=r"empirical CDF $G_n$")
@@ -720,6 +725,6 @@ def smoothed_cdf_bias(scores, smoothed: Mapping[float, torch.Tensor], grid, nus,
     axes[1].axvline(0.1, color=color("focal"), lw=1, label=r"paper: $\nu = 0.1$")
     axes[1].set(xlabel=r"smoothing $\nu$ (score units; grey lines: bin widths)",
                 ylabel=r"mean $|\widehat G_\nu - G_n|$", title="bias of the smoothed CDF")
-    axes[1].legend(loc="lower left", fontsize=8)
+    axes[1].legend(loc="lower left")
     fig.tight_layout()
     return fig

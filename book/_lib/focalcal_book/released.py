@@ -302,14 +302,14 @@ def forest_plot(intervals: pd.DataFrame):
             y -= 1.0
         y -= 0.4
     ax.axvline(0, color=plotting.color("identity"), ls="--", lw=1.2)
-    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_yticks(ticks, labels, fontsize=9)
     ax.set_ylim(y + 0.6, 0.8)
     ax.set_xlabel("ECE(focal TS) − ECE(TS), percentage points (15 equal-mass bins; < 0: focal TS better)")
     ax.set_ylabel("")
     ax.grid(axis="y", visible=False)
     handles = [plt.Line2D([], [], color="k", marker="o", lw=2.2, ms=5, label="full grid: estimate, 95 % interval"),
                plt.Line2D([], [], color="k", marker="o", mfc="none", lw=0, ms=7, label="3m line search: estimate")]
-    ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=True, framealpha=0.9)
+    ax.legend(handles=handles, loc="lower right", fontsize=9, frameon=True, framealpha=0.9)
     fig.tight_layout()
     return fig, ax
 
@@ -317,24 +317,19 @@ def forest_plot(intervals: pd.DataFrame):
 def reliability_row(panels: Sequence[tuple[Any, Any, str, str]], *, n_bins: int = 15):
     """Reliability diagrams side by side (Mukhoti et al.'s Fig. 1 style, 15 equal-width bins).
 
-    ``panels``: ``(labels, logits, method, title)`` per panel; ``method`` picks the colour
-    (:func:`focalcal.plotting.color`).
+    ``panels``: ``(labels, logits, method, title)`` per panel, titles distinct; ``method`` picks
+    the colour (:func:`focalcal.plotting.color`). Drawn by
+    :func:`focalcal.lab.results.plot_reliability_panel`: one legend below the panels, where it
+    covers no bar.
     """
-    import matplotlib.pyplot as plt
+    from focalcal.lab.results import plot_reliability_panel
 
-    n = len(panels)
-    fig, axs = plt.subplots(2, n, figsize=(3.4 * n, 4.9), sharex=True, sharey="row", squeeze=False,
-                            gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.1})
-    for j, (labels, logits, method, title) in enumerate(panels):
-        plotting.plot_reliability(logits=logits, labels=labels, n_bins=n_bins, method=method, title=title,
-                                  axes=(axs[0, j], axs[1, j]))
-        axs[0, j].title.set_fontsize(9)
-        if j:
-            axs[0, j].get_legend().remove()
-            axs[0, j].set_ylabel("")
-            axs[1, j].set_ylabel("")
-    axs[0, 0].legend(loc="upper left", fontsize=7)
-    return fig, axs
+    titles = [title for *_, title in panels]
+    if len(set(titles)) != len(titles):
+        raise ValueError(f"panels must have distinct titles, got {titles}")
+    return plot_reliability_panel({title: labels for labels, _, _, title in panels},
+                                  {title: logits for _, logits, _, title in panels}, n_bins=n_bins,
+                                  binning="width", colors={title: method for _, _, method, title in panels})
 
 
 def aurc_plot(table: pd.DataFrame, scores: Sequence[str], names: Mapping[str, str]):
@@ -351,7 +346,7 @@ def aurc_plot(table: pd.DataFrame, scores: Sequence[str], names: Mapping[str, st
         ax.plot([min(vals), max(vals)], [y, y], color=col, lw=1.0, alpha=0.6)
         for i, (v, m) in enumerate(zip(vals, markers)):
             ax.plot(v, y, m, color=col, mfc=col if i == 0 else "none", ms=6, zorder=3 if i == 0 else 2)
-    ax.set_yticks(ys, [network_label(n) for n in table["network"]], fontsize=8)
+    ax.set_yticks(ys, [network_label(n) for n in table["network"]], fontsize=9)
     from matplotlib.ticker import NullFormatter
 
     ax.set_xscale("log")
@@ -361,7 +356,7 @@ def aurc_plot(table: pd.DataFrame, scores: Sequence[str], names: Mapping[str, st
     ax.set_xlabel("E-AURC (%, log scale), evaluation images; lower: the score ranks the errors lower")
     handles = [plt.Line2D([], [], color="k", marker=m, mfc="k" if i == 0 else "none", lw=0, label=names[s])
                for i, (s, m) in enumerate(zip(scores, markers))]
-    ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=True, framealpha=0.9)
+    ax.legend(handles=handles, loc="lower right", fontsize=9, frameon=True, framealpha=0.9)
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig, ax

@@ -63,7 +63,8 @@ def plot_training_curves(histories, *, split: str = "test", panels: Sequence[str
     if axes is None:
         ncols = len(panels) if len(panels) <= 3 else 2
         nrows = -(-len(panels) // ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.0 * nrows), squeeze=False)
+        width = min(3.8 * ncols, plotting.FIGURE_WIDTH_IN)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.0 * nrows), squeeze=False)
         for ax in axes.flat[len(panels):]:
             ax.remove()
     axes = np.atleast_1d(axes).ravel()[:len(panels)]
@@ -90,18 +91,26 @@ def plot_training_curves(histories, *, split: str = "test", panels: Sequence[str
 
 
 def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins: int = 15,
-                           binning: str = "mass", title: str | None = None):
+                           binning: str = "mass", title: str | None = None,
+                           colors: Mapping[str, str] | None = None):
     """Reliability diagrams side by side, one per method (:func:`focalcal.plotting.plot_reliability`).
+
+    The figure is at most :data:`focalcal.plotting.FIGURE_WIDTH_IN` wide, so that its text stays
+    readable on a page; one legend and one x label below the panels, where they hide no bar.
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
-    log_probs : mapping method -> Tensor (N, K)
-        Methods of :data:`METHODS` (coloured by their family) or any name with a book colour.
+    labels : Tensor, shape (N,), or mapping panel -> Tensor
+        The labels of every panel, or each panel's own (panels on different splits).
+    log_probs : mapping panel -> Tensor (N, K)
+        Log-probabilities or logits. Panels named by methods of :data:`METHODS` are coloured by
+        their family, others by their name or by ``colors``.
     binning : {"mass", "width"}
         ``"mass"``: K&K's equal-mass bins.
     title : str, optional
         Figure title (e.g. the run).
+    colors : mapping panel -> str, optional
+        Colour key (:func:`focalcal.plotting.color`) of a panel, where its name is none.
 
     Returns
     -------
@@ -112,27 +121,36 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
     n = len(log_probs)
     if n == 0:
         raise ValueError("log_probs must name at least one method")
+    if isinstance(labels, Mapping) and set(labels) != set(log_probs):
+        raise ValueError(f"labels, when a mapping, must name the panels of log_probs "
+                         f"{sorted(log_probs)}, got {sorted(labels)}")
+    colors = dict(colors or {})
     # rows share their y axis, so only the outer panels carry tick labels and none overlaps a neighbour
-    fig, axes = plt.subplots(2, n, figsize=(3.3 * n, 4.8), sharex=True, sharey="row", squeeze=False,
-                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.08})
+    fig, axes = plt.subplots(2, n, figsize=(min(3.3 * n, plotting.FIGURE_WIDTH_IN), 4.8), sharex=True,
+                             sharey="row", squeeze=False,
+                             gridspec_kw={"height_ratios": (3, 1), "hspace": 0.08, "wspace": 0.12})
     for j, (method, lp) in enumerate(log_probs.items()):
-        plotting.plot_reliability(logits=lp, labels=labels, n_bins=n_bins, binning=binning,
-                                 method=FAMILIES.get(method, method), title=method,
-                                 axes=(axes[0, j], axes[1, j]))
+        plotting.plot_reliability(logits=lp, labels=labels[method] if isinstance(labels, Mapping) else labels,
+                                  n_bins=n_bins, binning=binning,
+                                  method=colors.get(method, FAMILIES.get(method, method)), title=method,
+                                  axes=(axes[0, j], axes[1, j]))
         axes[0, j].title.set_fontsize(9)
-        legend = axes[0, j].get_legend()
-        if legend is not None:
-            legend.remove()
+        for ax in axes[:, j]:  # one legend for the whole row, below
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
         xlabel = axes[1, j].get_xlabel()
         axes[1, j].set_xlabel("")
         if j:
             axes[0, j].set_ylabel("")
             axes[1, j].set_ylabel("")
+    if binning == "width":  # "1.00" of one panel would run into "0.00" of the next
+        axes[1, 0].set_xticks([0.0, 0.5, 1.0], ["0", "0.5", "1"])
     # one legend and one x label for the row, below the panels, where they hide no bar
     handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=len(names), bbox_to_anchor=(0.5, 0.0))
-    fig.supxlabel(xlabel, y=0.075, fontsize=10)
-    fig.subplots_adjust(bottom=0.24)
+    fig.legend(handles, names, loc="lower center", ncol=len(names), bbox_to_anchor=(0.5, 0.0),
+               handlelength=1.5, columnspacing=1.2)
+    fig.supxlabel(xlabel, y=0.07, fontsize=10)
+    fig.subplots_adjust(bottom=0.2)
     fig.align_ylabels(axes[:, 0])
     if title:
         fig.suptitle(title, fontsize=10)
@@ -175,7 +193,8 @@ def plot_posterior_1d(x: Any, posterior: Any, panels: Mapping[str, tuple[Any, st
     names = list(class_names) if class_names is not None else [f"class {j + 1}" for j in range(k)]
     order = torch.argsort(xs)
     xs, eta = xs[order].numpy(), eta[order].numpy()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(min(3.6 * len(panels), plotting.FIGURE_WIDTH_IN), 3.2),
+                             sharey=True, squeeze=False)
     axes = axes[0]
     for ax, (title, (log_probs, key)) in zip(axes, panels.items()):
         probs = torch.as_tensor(log_probs).double().exp()[order].numpy()
@@ -220,7 +239,8 @@ def plot_posterior_kl(kl, *, methods: Sequence[str] = ("uncalibrated", "TS (NLL)
     if not len(kl):
         raise ValueError("kl has no rows: the sweep has no finished run on a synthetic task")
     datasets = list(dict.fromkeys(kl["dataset"]))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6.2 * len(datasets), 3.6), squeeze=False)
+    width = min(6.2 * len(datasets), plotting.FIGURE_WIDTH_IN)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(width, 3.6), squeeze=False)
     axes = axes[0]
     hatches = ("", "//", "..", "xx")
     width = 0.8 / len(methods)
