@@ -22,8 +22,9 @@ Everything is evaluated on the per-class *log-odds* :math:`s_j = \log q_j - \log
 
 .. math::
 
-    \log h^\gamma(\sigma(s)) = -\operatorname{softplus}(-s) + \gamma\,\operatorname{softplus}(s)
-    - \log\bigl(1 + \gamma\, r(s)\bigr),\qquad r(s) = \frac{-q\log q}{1-q} = e^{s}\log(1+e^{-s}) \in (0, 1),
+    \log h^\gamma(\sigma(s)) &= -\operatorname{softplus}(-s) + \gamma\,\operatorname{softplus}(s)
+    - \log\bigl(1 + \gamma\, r(s)\bigr),\\
+    r(s) &= \frac{-q\log q}{1-q} = e^{s}\log(1+e^{-s}) \in (0, 1),
 
 which is the factorisation used in the proof of K&K Prop. 3
 (:math:`f_\gamma(s) = (1+\gamma r(s))/(1+\gamma r(-s))`). ``1 - r(s)`` (needed for ``gamma < 0``)
@@ -446,8 +447,8 @@ def binary_focal_logit(s: ArrayLike, gamma: float | torch.Tensor) -> torch.Tenso
 
     .. math::
 
-        \operatorname{logit} FC(s) = (\gamma + 1)s - \log f_\gamma(s),\qquad
-        f_\gamma(s) = \frac{\gamma e^s\log(1+e^{-s}) + 1}{1 + \gamma e^{-s}\log(1+e^{s})}
+        \operatorname{logit} FC(s) &= (\gamma + 1)s - \log f_\gamma(s),\\
+        f_\gamma(s) &= \frac{\gamma e^s\log(1+e^{-s}) + 1}{1 + \gamma e^{-s}\log(1+e^{s})}
                     = \frac{1 + \gamma r(s)}{1 + \gamma r(-s)}.
 
     Parameters
