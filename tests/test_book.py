@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bs4 import BeautifulSoup
-from focalcal_book.style import COLUMN_PX
+from focalcal_book.style import COLUMN_PX, MIN_TEXT_PX, SMALLEST_FONT_PT
 
 pytestmark = pytest.mark.book
 
@@ -58,9 +58,11 @@ window.addEventListener("load", () => {
       }
       if (!scrolls) overflowing.push({width: r.width, text: table.innerText.slice(0, 80)});
     }
+    const images = [...article.querySelectorAll("img")].map((img) => ({
+      src: img.currentSrc.slice(0, 200), natural: img.naturalWidth, shown: img.getBoundingClientRect().width}));
     const out = document.createElement("pre");
     out.id = "focalcal-layout";
-    out.textContent = JSON.stringify({column: right - left, overflowing: overflowing});
+    out.textContent = JSON.stringify({column: right - left, overflowing: overflowing, images: images});
     document.body.appendChild(out);
   });
 });
@@ -223,6 +225,21 @@ def test_tables_fit_the_column(rendered, page):
         f"assumes {COLUMN_PX} px")
     wide = [f"{t['width']:.0f} px: {t['text'][:60]!r}" for t in layout["overflowing"]]
     assert not wide, f"{page}: tables wider than the {layout['column']:.0f} px column: {wide}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_figure_text_is_not_shrunk_below_readable(rendered, page):
+    """A figure wider than the column is scaled down, text and all: its smallest text (the style's
+    SMALLEST_FONT_PT) must still render at MIN_TEXT_PX. The figures are SVG, sized in points
+    (1 pt = 4/3 px at natural size), so the scale is all that matters."""
+    shrunk = []
+    for img in _layout(rendered[page], page)["images"]:
+        if not img["natural"] or ".svg" not in img["src"] and "svg+xml" not in img["src"]:
+            continue
+        px = SMALLEST_FONT_PT * 4 / 3 * min(1.0, img["shown"] / img["natural"])
+        if px < MIN_TEXT_PX - 0.25:  # a quarter pixel: the bounding box's rounding
+            shrunk.append(f"{img['src'].rsplit('/', 1)[-1][:24]}: {px:.1f} px")
+    assert not shrunk, f"{page}: figures whose {SMALLEST_FONT_PT} pt text renders under {MIN_TEXT_PX} px: {shrunk}"
 
 
 def test_published_logits_page_shows_the_data(built_book):
