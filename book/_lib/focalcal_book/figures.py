@@ -233,12 +233,10 @@ def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
     ax_a.plot(gammas, -0.05 * gammas + 0.85, color="k", ls=":",
               label=r"paper: 0.95$\gamma$ + 0.85")
     ax_a.set(xlabel=r"$\gamma$", ylabel=r"$1/T - \gamma$", title="Closest TS to FC")
-    ax_a.legend()
     ax_b.semilogy(gammas, err, color=color("TS"), label="closest TS (per-$\\gamma$ optimum)")
     ax_b.axhline(1e-3, color="k", ls=":", lw=1, label=r"paper: $< 10^{-3}$")
     ax_b.set(xlabel=r"$\gamma$", ylabel=r"$\max_s |FC(s) - \sigma(s/T^*)|$",
              title="Worst-case difference")
-    ax_b.legend()
     s_show = torch.linspace(-6, 6, 601, dtype=F64)
     for gm, col in zip(shown, gamma_colors(list(shown))):
         i = int(np.where(gammas == gm)[0][0])
@@ -249,8 +247,11 @@ def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
     ax_c.plot(s_show, torch.sigmoid(s_show), color=color("identity"), ls=":",
               label="sigmoid (T = 1)")
     ax_c.set(xlabel="logit $s$", ylabel="probability", title="FC and its closest TS")
-    ax_c.legend()
     fig.tight_layout()
+    # three panels share the page's width: the legends go below them, off the curves (added
+    # after the layout, which would otherwise squash the panels to make room for them)
+    for ax in (ax_a, ax_b, ax_c):
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), handlelength=1.6)
     return fig
 
 
