@@ -515,13 +515,15 @@ def hutchinson_running(matrices: Mapping[str, torch.Tensor], running: Mapping, v
 def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, float]]],
                                gamma_star: Mapping[float, float],
                                gammas: Sequence[float] = (1.0, 2.0, 3.0, 5.0, 7.0)) -> Figure:
-    """The unifying figure. Left: Mukhoti's ``g = phi`` per gamma with the ``tau_oc`` ridge, the
+    """The unifying figure. Top: Mukhoti's ``g = phi`` per gamma with the ``tau_oc`` ridge, the
     ``tau_uc`` crossings, the FLSD schedules (``schedules[name] = [(threshold, gamma), ...]``)
-    and Mukhoti's ``gamma*(p0)`` (``gamma_star[p0]``). Right: K&K's weight ``h`` and the binary
+    and Mukhoti's ``gamma*(p0)`` (``gamma_star[p0]``). Bottom: K&K's weight ``h`` and the binary
     focal map."""
     import numpy as np
 
-    fig, (ax_g, ax_h) = plt.subplots(1, 2, figsize=(WIDTH, 5.4))
+    # one panel above the other, each with its legend on its right: side by side at the page's
+    # width, the two long legends would run into each other
+    fig, (ax_g, ax_h) = plt.subplots(2, 1, figsize=(WIDTH, 8.2))
     cols = gamma_colors(list(gammas), cmap="cividis")   # no green: FLSD-53 is green book-wide
     pp = torch.as_tensor(np.linspace(1e-4, 1 - 1e-4, 1200), dtype=F64)
     ppn = pp.numpy()
@@ -566,7 +568,7 @@ def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, flo
     ax_g.set(xlabel=r"predicted probability of the true class $p$",
              ylabel=r"$g(p, \gamma) = \varphi^\gamma(p)$", xlim=(0, 1), ylim=(0, 1.55),
              title="Mukhoti's gradient factor = Charoenphakdee's $\\varphi$")
-    ax_g.legend(fontsize=SMALLEST_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    ax_g.legend(loc="center left", bbox_to_anchor=(1.03, 0.5))
     for gam, col in zip(gammas, cols):
         ax_h.plot(ppn, maps.h(pp, gam), color=col, lw=1.2, ls="--")
         ax_h.plot(ppn, maps.binary_focal_map(pp, gam), color=col, lw=1.6,
@@ -579,8 +581,8 @@ def gradient_factor_and_weight(schedules: Mapping[str, Sequence[tuple[float, flo
     ax_h.plot([], [], "o", color="0.3", label=r"$\tau_{uc}$: fixed point of $h$")
     ax_h.set(xlabel=r"predicted probability $q$", ylabel="weight / calibrated probability",
              xlim=(0, 1), ylim=(0, 1), title="K&K's weight $h$ and the normalised map")
-    ax_h.legend(fontsize=SMALLEST_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
-    fig.tight_layout()
+    ax_h.legend(loc="center left", bbox_to_anchor=(1.03, 0.5))
+    fig.subplots_adjust(left=0.09, right=0.55, bottom=0.07, top=0.95, hspace=0.32)
     return fig
 
 
