@@ -33,7 +33,7 @@ from focalcal.posthoc import TemperatureScaling
 __all__ = ["PAPER_LINES", "CALIBRATED", "sweep_runs", "map_temperature", "epoch_table", "map_predictions",
            "seed_summary", "regimes", "crossing_epochs", "best_loss_by_epoch", "segments",
            "describe_segments", "plot_ece_and_temperature", "plot_temperature_vs_map", "fmt_epochs",
-           "spread", "per_seed_mean", "in_interval"]
+           "spread", "per_seed_mean", "regime_choice", "in_interval"]
 
 #: K&K (2024) Sec. 3.3: the least-squares lines ``1/T = a gamma + b`` of the TS map closest to the
 #: focal calibration map, as printed, for K = 3 and K = 4 classes (the book's theory chapter
@@ -196,6 +196,24 @@ def _styles(labels: Sequence[str]) -> dict[str, tuple[str, Any]]:
     return _loss_styles(labels)
 
 
+def _log_axes(ax, epochs: Sequence[int], *, log_y: bool) -> None:
+    # log scales labelled with plain numbers: the saved epochs on x, a few temperatures on y
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(sorted(int(e) for e in epochs)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    if log_y:
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ticks = [t for t in (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0)
+                 if lo <= t <= hi]
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+
+
 def plot_ece_and_temperature(summary):
     """Two panels against the saved epochs: test ECE per loss (mean over seeds, with the range of
     the seeds shaded) and the TS temperature per loss (log scale, ``T = 1`` marked)."""
@@ -213,9 +231,9 @@ def plot_ece_and_temperature(summary):
                             alpha=0.12, lw=0)
     ax_t.axhline(1.0, color="k", lw=0.8, ls=":")
     ax_t.axhspan(*CALIBRATED, color="0.9", zorder=0, label="close to calibrated")
-    ax_t.set_yscale("log")
-    for ax in (ax_e, ax_t):
-        ax.set_xscale("log")
+    epochs = sorted(summary["epoch"].unique())
+    for ax, log_y in ((ax_e, False), (ax_t, True)):
+        _log_axes(ax, epochs, log_y=log_y)
         ax.set_xlabel("training epochs")
     ax_e.set_ylabel("test ECE (%), 15 equal-width bins")
     ax_t.set_ylabel("TS temperature (validation NLL)")
@@ -236,7 +254,7 @@ def plot_temperature_vs_map(summary, predictions):
     if not gammas:
         return None
     styles = _styles(list(dict.fromkeys(summary["loss_label"])))
-    fig, axes = plt.subplots(1, len(gammas), figsize=(min(8.4, 2.9 * len(gammas) + 0.4), 4.0),
+    fig, axes = plt.subplots(1, len(gammas), figsize=(min(8.4, 2.9 * len(gammas) + 0.4), 3.7),
                              sharey=True, squeeze=False)
     for ax, g in zip(axes[0], gammas):
         s = focal[focal["gamma"] == g].sort_values("epoch")
@@ -245,21 +263,21 @@ def plot_temperature_vs_map(summary, predictions):
         p = predictions.loc[g]
         ax.axhspan(p["T1"], p["T2"], color="0.85", label="Prop. 3 bounds")
         for k, dash in zip(PAPER_LINES, ((0, (5, 2)), (0, (2, 2)))):
-            ax.axhline(p[f"T_K{k}"], color="0.35", lw=1, ls=dash, label=f"K&K line, K = {k}")
+            ax.axhline(p[f"T_K{k}"], color="0.3", lw=1.2, ls=dash, label=f"K&K line, K = {k}")
         ax.plot(s["epoch"], s["temperature_mean"], color=c, ls=ls, marker="o", ms=3, label="fitted TS")
         ax.fill_between(s["epoch"], s["temperature_min"], s["temperature_max"], color=c, alpha=0.15, lw=0)
-        ax.plot(s["epoch"], s["map_temperature_mean"], color=c, ls=":", marker="x", ms=4,
-                label="map on these logits")
+        ax.plot(s["epoch"], s["map_temperature_mean"], color=c, lw=1.2, marker="x", ms=5,
+                label="focal map on these logits")
         ax.axhline(1.0, color="k", lw=0.8, ls=":")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
         ax.set_title(label)
         ax.set_xlabel("training epochs")
     axes[0][0].set_ylabel("temperature")
+    for ax in axes[0]:
+        _log_axes(ax, sorted(focal["epoch"].unique()), log_y=True)
     # below the panels: a legend beside them would widen the figure past the page's column
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     return fig
 
 
@@ -281,6 +299,24 @@ def per_seed_mean(table, label: str, epochs: Sequence[int], column: str) -> np.n
     """Per seed, the mean of ``column`` over ``epochs`` for the loss ``label``."""
     t = table[(table["loss_label"] == label) & table["epoch"].isin(list(epochs))]
     return t.groupby("seed")[column].mean().to_numpy()
+
+
+def regime_choice(table, epochs: Sequence[int], column: str = "test_ece") -> dict[str, Any]:
+    """Which loss has the least ``column`` averaged over ``epochs``.
+
+    Per loss, the per-seed means over ``epochs`` (:func:`per_seed_mean`); ``best`` and
+    ``runner_up`` by the mean over seeds; ``resolved``: the best is lower than the runner-up for
+    every seed (seeds paired by number; false with one seed). Returns those plus ``values``
+    (label -> per-seed array, in the table's loss order).
+    """
+    labels = list(dict.fromkeys(table["loss_label"]))
+    values = {lab: per_seed_mean(table, lab, epochs, column) for lab in labels}
+    order = sorted(labels, key=lambda lab: float(values[lab].mean()))
+    best = order[0]
+    runner_up = order[1] if len(order) > 1 else None
+    resolved = (runner_up is not None and len(values[best]) > 1
+                and bool(np.all(values[best] < values[runner_up])))
+    return {"best": best, "runner_up": runner_up, "resolved": resolved, "values": values}
 
 
 def in_interval(values: Sequence[float] | np.ndarray, bounds: tuple[float, float]) -> bool:
