@@ -5,6 +5,7 @@ real CIFAR-10 logits."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -558,3 +559,19 @@ def test_fts_at_the_edge_of_its_grids_warns_with_the_argument_to_widen():
         FocalTemperatureScaling(gammas=[-0.5, 0.0, 0.5], temperatures=[1.0]).fit(z / 3, y)
     with pytest.warns(UserWarning, match=r"the selected gamma_ev = -0.5 is at the lower edge .*gammas="):
         FocalTemperatureScaling(gammas=[-0.5, 0.0, 0.5], temperatures=[1.0]).fit(3 * z, y)
+
+
+def test_edge_warnings_have_their_own_category_that_the_papers_protocols_filter():
+    from focalcal.lab.results.protocol import fit_on_grid
+    from focalcal.posthoc import SearchRangeWarning
+
+    z, y = _calibrated_problem(0)
+    assert issubclass(SearchRangeWarning, UserWarning)
+    with pytest.warns(SearchRangeWarning, match="temperatures="):
+        FocalTemperatureScaling(temperatures=[0.5, 1.0, 2.0]).fit(3 * z, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any other warning still surfaces
+        fitted = fit_on_grid(FocalTemperatureScaling(temperatures=[0.5, 1.0, 2.0]), 3 * z, y)
+        assert fitted.temperature_ == 2.0
+        with pytest.raises(UserWarning, match="look like probabilities"):
+            fit_on_grid(TemperatureScaling(), torch.softmax(z, -1), y)

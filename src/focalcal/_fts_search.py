@@ -2,9 +2,8 @@ r"""The focal-temperature-scaling search: the exact float64 kernel and the fast 
 
 Used by :mod:`focalcal.posthoc` (private; the public entry points are
 :class:`~focalcal.posthoc.FocalTemperatureScaling`, :func:`~focalcal.posthoc.focal_ts_scores` and
-the ECE grids of :class:`~focalcal.posthoc.TemperatureScaling`). It also holds the calibrators'
-argument checks and misuse warnings, and the scores of plain TS's continuous fits (NLL slope, focal
-risk), at the end of the module.
+the ECE grids of :class:`~focalcal.posthoc.TemperatureScaling`). The calibrators' argument checks,
+misuse warnings and plain-TS scores are in ``focalcal._calibrators``.
 
 The exact kernel
 ----------------
@@ -69,7 +68,6 @@ here, see ``bench/bench_posthoc.py``).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -78,14 +76,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._validation import (
-    ArrayLike,
-    as_float_tensor,
-    check_finite,
-    check_labels,
-    check_logits,
-    check_positive,
-)
 from .metrics import calibration_error
 
 TIE_RTOL = 1e-12
@@ -613,112 +603,3 @@ def product_paths(gammas: np.ndarray, temps: np.ndarray, group: int | None = Non
     order = np.argsort(temps, kind="stable")
     return [Path(temps[order], np.full(len(temps), g), offset + i * len(temps) + order,
                  0 if group is None else group + i) for i, g in enumerate(gammas)]
-
-
-# ============================================================================================
-# argument checks and warnings of the calibrators (focalcal.posthoc)
-# ============================================================================================
-
-def check_fit_args(logits: ArrayLike, labels: ArrayLike, caller: str = "fit"
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device.
-
-    Warns (``UserWarning``) when ``logits`` look like probabilities: every entry in [0, 1] and
-    every row summing to 1 within 1e-6. Logits almost never do, and temperature scaling of
-    probabilities fits a meaningless temperature (about 18 on a typical softmax output).
-    """
-    z = check_logits(logits, "logits")
-    if z.dim() != 2:
-        raise ValueError(f"logits must have shape (N, K) for fitting, got shape {tuple(z.shape)}")
-    y = check_labels(labels, n_classes=z.shape[1], n_samples=z.shape[0])
-    z = z.detach().to(torch.float64)
-    warn_if_probabilities(z, caller)
-    return z, y.to(z.device)
-
-
-def warn_if_probabilities(z: torch.Tensor, caller: str) -> None:
-    lo, hi = torch.aminmax(z)
-    if float(lo) >= 0.0 and float(hi) <= 1.0 and bool(((z.sum(-1) - 1.0).abs() <= 1e-6).all()):
-        warnings.warn(f"{caller}: the logits passed look like probabilities (all entries in [0, 1], "
-                      f"rows summing to 1); pass the unnormalised logits, or log(probs), instead",
-                      UserWarning, stacklevel=4)
-
-
-def warn_at_edge(caller: str, what: str, value: float, lo: float, hi: float, argument: str,
-                  hint: str) -> None:
-    """Warn that a fitted ``what`` stopped at the edge of its search range ``[lo, hi]``."""
-    if lo < hi and (value <= lo or value >= hi):
-        side = "lower" if value <= lo else "upper"
-        warnings.warn(f"{caller}: the selected {what} = {value:g} is at the {side} edge of its search "
-                      f"range [{lo:g}, {hi:g}]; the optimum may lie outside. Widen it with "
-                      f"{argument}= ({hint})", UserWarning, stacklevel=3)
-
-
-def check_grid(values: ArrayLike, name: str, *, lower: float | None = None, open_lower: bool = True,
-                positive: bool = False) -> torch.Tensor:
-    """A non-empty 1-D float64 grid of finite values (``> lower`` / ``>= lower``, or ``> 0``)."""
-    if isinstance(values, (int, float, np.number)):
-        raise ValueError(f"{name} must be a 1-D sequence of numbers, got the scalar {values!r}")
-    t = as_float_tensor(values, name).detach().to(torch.float64).cpu()
-    if t.dim() != 1 or t.numel() == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D sequence, got shape {tuple(t.shape)}")
-    check_finite(t, name)
-    if positive and bool((t <= 0).any()):
-        raise ValueError(f"{name} must all be > 0; got minimum {float(t.min()):g}")
-    if lower is not None:
-        bad = (t <= lower) if open_lower else (t < lower)
-        if bool(bad.any()):
-            op = ">" if open_lower else ">="
-            raise ValueError(f"{name} must all be {op} {lower:g}; got minimum {float(t.min()):g}")
-    return t
-
-
-def check_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
-    try:
-        lo, hi = bounds
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"bounds must be a pair (T_min, T_max), got {bounds!r}") from err
-    lo, hi = check_positive(lo, "bounds[0]"), check_positive(hi, "bounds[1]")
-    if not lo < hi:
-        raise ValueError(f"bounds must satisfy T_min < T_max, got {bounds!r}")
-    return lo, hi
-
-
-# ============================================================================================
-# plain TS (gamma = 0) on a grid, and the two scores of TemperatureScaling's continuous fits
-# ============================================================================================
-
-def ts_grid_scores(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, criterion: str,
-                    gamma: float, n_bins: int) -> torch.Tensor:
-    """Scores of ``softmax(z / T)`` for every ``T`` in ``temps`` (shape ``(n_T,)``)."""
-    if criterion in ("ece", "ece_mass", "nll"):
-        prob = Problem(z, y, dedupe=criterion != "nll")
-        with workers(z.device) as pool:
-            return grid_scores(prob, temps, torch.zeros(1, dtype=torch.float64), criterion, n_bins,
-                                    pool)[0]
-    return torch.cat([focal_risk(z, y, temps[i:i + 64], gamma) for i in range(0, len(temps), 64)])
-
-
-def focal_risk(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, gamma: float) -> torch.Tensor:
-    r"""Mean focal loss :math:`-(1-q_y)^\gamma\log q_y` of ``softmax(z / T)`` for each ``T``, in log space."""
-    n, k = z.shape
-    out = []
-    tc = max(1, _CONF_CHUNK // (n * k))
-    is_y = torch.zeros(n, k, dtype=torch.bool, device=z.device)
-    is_y[torch.arange(n, device=z.device), y] = True
-    for i in range(0, len(temps), tc):
-        a = torch.log_softmax(z / temps[i:i + tc].to(z.device).view(-1, 1, 1), dim=-1)
-        lq = a.gather(-1, y.view(1, -1, 1).expand(a.shape[0], -1, 1)).squeeze(-1)
-        if gamma == 0:
-            out.append(-lq.mean(-1))
-            continue
-        # log(1 - q_y) as the log-sum of the other classes: exact also when q_y rounds to 1
-        l1q = torch.logsumexp(a.masked_fill(is_y, -math.inf), dim=-1)
-        out.append((-torch.exp(gamma * l1q) * lq).mean(-1))
-    return torch.cat(out).cpu()
-
-
-def nll_slope(z: torch.Tensor, y: torch.Tensor, beta: float) -> float:
-    r"""``d NLL / d beta`` at inverse temperature ``beta``: ``mean(E_softmax[z] - z_y)``, increasing in beta."""
-    p = torch.softmax(z * beta, dim=-1)
-    return float(((p * z).sum(-1) - z.gather(-1, y.view(-1, 1)).squeeze(-1)).mean())

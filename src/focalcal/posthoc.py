@@ -35,6 +35,9 @@ Warnings for probable misuse
 [0, 1], every row summing to 1 within 1e-6; pass logits or ``log(probs)``), and when a fitted
 parameter stops at the edge of its search range (TS: ``bounds`` or ``grid``; focal TS:
 ``temperatures`` or ``gammas``), which on uninformative logits means the optimum lies outside.
+The second is a :class:`SearchRangeWarning` (a ``UserWarning``), so that code that fits on a
+fixed published grid on purpose can filter it alone
+(``warnings.simplefilter("ignore", SearchRangeWarning)``).
 
 Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
 ``AttributeError``, like scikit-learn's). Fitting never changes the argmax: temperature scaling with
@@ -96,7 +99,9 @@ from ._validation import (
     check_int,
     check_logits,
 )
+from . import _calibrators as _cal
 from . import _fts_search as _fts
+from ._calibrators import SearchRangeWarning
 
 __all__ = [
     "KK_GAMMAS",
@@ -105,6 +110,7 @@ __all__ = [
     "FocalTemperatureScaling",
     "NotFittedError",
     "PsiCorrection",
+    "SearchRangeWarning",
     "TemperatureScaling",
     "focal_ts_scores",
 ]
@@ -192,9 +198,9 @@ def focal_ts_scores(logits: ArrayLike, labels: ArrayLike, *, gammas: Sequence[fl
     >>> divmod(i, 4)  # (gamma index, temperature index) of the least NLL
     (0, 2)
     """
-    z, y = _fts.check_fit_args(logits, labels, "focal_ts_scores")
-    g = _fts.check_grid(gammas, "gammas", lower=-1.0)
-    t = _fts.check_grid(temperatures, "temperatures", positive=True)
+    z, y = _cal.check_fit_args(logits, labels, "focal_ts_scores")
+    g = _cal.check_grid(gammas, "gammas", lower=-1.0)
+    t = _cal.check_grid(temperatures, "temperatures", positive=True)
     check_choice(criterion, "criterion", FTS_CRITERIA)
     n_bins = check_int(n_bins, "n_bins")
     prob = _fts.Problem(z, y, dedupe=criterion != "nll")
@@ -389,12 +395,12 @@ class TemperatureScaling(_Calibrator):
         if not isinstance(self.psi, bool):
             raise ValueError(f"psi must be True or False, got {self.psi!r}")
         self._n_bins = check_int(self.n_bins, "n_bins")
-        self._bounds = _fts.check_bounds(self.bounds)
+        self._bounds = _cal.check_bounds(self.bounds)
         if self.grid is None:
             self._grid = (torch.tensor(MUKHOTI_TEMPERATURES, dtype=torch.float64)
                           if criterion in ("ece", "ece_mass") else None)
         else:
-            self._grid = _fts.check_grid(self.grid, "grid", positive=True)
+            self._grid = _cal.check_grid(self.grid, "grid", positive=True)
 
     def extra_repr(self) -> str:
         s = f"criterion={self.criterion!r}"
@@ -406,26 +412,26 @@ class TemperatureScaling(_Calibrator):
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> TemperatureScaling:
         """Fit ``T`` on ``logits`` of shape ``(N, K)`` and ``labels`` of shape ``(N,)``; return ``self``."""
-        z, y = _fts.check_fit_args(logits, labels, "TemperatureScaling.fit")
+        z, y = _cal.check_fit_args(logits, labels, "TemperatureScaling.fit")
         gamma = 0.0 if self._gamma is None else self._gamma
         self.scores_ = None
         grid = self._grid
         if grid is not None:
-            scores = _fts.ts_grid_scores(z, y, grid, self.criterion, gamma, self._n_bins)
+            scores = _cal.ts_grid_scores(z, y, grid, self.criterion, gamma, self._n_bins)
             i = _select(scores, torch.zeros_like(grid), grid)
             self.temperature_, self.best_score_ = float(grid[i]), float(scores[i])
             self.scores_ = scores
         elif self.criterion == "nll":
             self.temperature_ = self._fit_nll(z, y)
-            self.best_score_ = float(_fts.ts_grid_scores(
+            self.best_score_ = float(_cal.ts_grid_scores(
                 z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self._n_bins)[0])
         else:
             self.temperature_, self.best_score_ = self._fit_focal(z, y, gamma)
         if grid is not None:
-            _fts.warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, float(grid.min()),
+            _cal.warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, float(grid.min()),
                           float(grid.max()), "grid", "a sequence of temperatures > 0")
         else:
-            _fts.warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, *self._bounds,
+            _cal.warn_at_edge("TemperatureScaling.fit", "temperature", self.temperature_, *self._bounds,
                           "bounds", "a pair (T_min, T_max)")
         self.n_classes_ = int(z.shape[1])
         self._is_fitted = True
@@ -435,7 +441,7 @@ class TemperatureScaling(_Calibrator):
         lo, hi = self._bounds
 
         def slope(log_t: float) -> float:  # decreasing in log T
-            return _fts.nll_slope(z, y, math.exp(-log_t))
+            return _cal.nll_slope(z, y, math.exp(-log_t))
 
         s_lo, s_hi = slope(math.log(lo)), slope(math.log(hi))
         if s_lo <= 0:  # NLL still falling at T_min: the minimiser is below the bounds
@@ -447,10 +453,10 @@ class TemperatureScaling(_Calibrator):
     def _fit_focal(self, z: torch.Tensor, y: torch.Tensor, gamma: float) -> tuple[float, float]:
         lo, hi = self._bounds
         taus = torch.linspace(math.log(lo), math.log(hi), 201, dtype=torch.float64)
-        risk = _fts.focal_risk(z, y, taus.exp(), gamma)
+        risk = _cal.focal_risk(z, y, taus.exp(), gamma)
         i = int(torch.argmin(risk))
         a, b = float(taus[max(i - 1, 0)]), float(taus[min(i + 1, len(taus) - 1)])
-        res = minimize_scalar(lambda t: float(_fts.focal_risk(z, y, torch.tensor([math.exp(t)],
+        res = minimize_scalar(lambda t: float(_cal.focal_risk(z, y, torch.tensor([math.exp(t)],
                                                                              dtype=torch.float64), gamma)[0]),
                               bounds=(a, b), method="bounded", options={"xatol": 1e-10})
         if float(res.fun) <= float(risk[i]):
@@ -566,14 +572,14 @@ class FocalTemperatureScaling(_Calibrator):
         self._validate_params()
 
     def _validate_params(self) -> None:
-        self._gammas = _fts.check_grid(self.gammas, "gammas", lower=-1.0)
-        self._temperatures = _fts.check_grid(KK_TEMPERATURES if self.temperatures is None else self.temperatures,
+        self._gammas = _cal.check_grid(self.gammas, "gammas", lower=-1.0)
+        self._temperatures = _cal.check_grid(KK_TEMPERATURES if self.temperatures is None else self.temperatures,
                                          "temperatures", positive=True)
         check_choice(self.criterion, "criterion", FTS_CRITERIA)
         check_choice(self.search, "search", FTS_SEARCHES)
         check_choice(self.method, "method", FTS_METHODS)
         self._n_bins = check_int(self.n_bins, "n_bins")
-        lg = _fts.check_grid(self.line_gammas, "line_gammas", lower=-1.0)
+        lg = _cal.check_grid(self.line_gammas, "line_gammas", lower=-1.0)
         if lg.numel() != 2 or float(lg[0]) == float(lg[1]):
             raise ValueError(f"line_gammas must be two distinct gammas > -1, got {self.line_gammas!r}")
         self._line_gammas = (float(lg[0]), float(lg[1]))
@@ -609,10 +615,10 @@ class FocalTemperatureScaling(_Calibrator):
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> FocalTemperatureScaling:
         """Select ``(gamma_ev, T)`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``.
 
-        Warns (``UserWarning``) if the selected ``T`` or ``gamma_ev`` lies at an edge of its grid
+        Warns (:class:`SearchRangeWarning`) if the selected ``T`` or ``gamma_ev`` lies at an edge of its grid
         (``temperatures`` / ``gammas``, with more than one value): the optimum may lie outside.
         """
-        z, y = _fts.check_fit_args(logits, labels, "FocalTemperatureScaling.fit")
+        z, y = _cal.check_fit_args(logits, labels, "FocalTemperatureScaling.fit")
         prob = _fts.Problem(z, y, dedupe=self.criterion != "nll")
         biggest = max(float(self._gammas.abs().max()), *(abs(g) for g in self._line_gammas))
         fast = self.method == "fast" and biggest <= _fts.BIG_GAMMA
@@ -626,9 +632,9 @@ class FocalTemperatureScaling(_Calibrator):
         self.gamma_ev_, self.temperature_, self.best_score_ = float(g_all[i]), float(t_all[i]), evaluated[i]
         self.n_exact_ = len(flat)
         temps, gams = self._temperatures, self._gammas
-        _fts.warn_at_edge("FocalTemperatureScaling.fit", "temperature", self.temperature_, float(temps.min()),
+        _cal.warn_at_edge("FocalTemperatureScaling.fit", "temperature", self.temperature_, float(temps.min()),
                       float(temps.max()), "temperatures", "a sequence of temperatures > 0")
-        _fts.warn_at_edge("FocalTemperatureScaling.fit", "gamma_ev", self.gamma_ev_, float(gams.min()),
+        _cal.warn_at_edge("FocalTemperatureScaling.fit", "gamma_ev", self.gamma_ev_, float(gams.min()),
                       float(gams.max()), "gammas", "a sequence of gammas > -1")
         self.__dict__["_pending"] = (prob, g_all, t_all) if fast else None
         if not fast:
@@ -765,7 +771,7 @@ class PsiCorrection(_Calibrator):
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> PsiCorrection:
         """Validate ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; nothing to fit. Returns ``self``."""
-        z, _ = _fts.check_fit_args(logits, labels, "PsiCorrection.fit")
+        z, _ = _cal.check_fit_args(logits, labels, "PsiCorrection.fit")
         self.n_classes_ = int(z.shape[1])
         return self
 

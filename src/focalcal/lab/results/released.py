@@ -54,7 +54,7 @@ from ...scores import SCORES
 from ..data.released import RELEASED, released_logits, released_network
 from ..io import atomic_write_json
 from .bootstrap import ece_differences
-from .protocol import apply_calibration, metric_row
+from .protocol import apply_calibration, fit_on_grid, metric_row
 
 __all__ = ["HALF_SPLIT_SEED", "PSI_GAMMA", "KK_METHODS", "N_RESAMPLES", "FitEval", "fit_eval_split",
            "code_ece", "code_temperature", "mukhoti_row", "kk_fit", "kk_log_probs", "kk_rows", "kk_network",
@@ -159,7 +159,8 @@ def mukhoti_row(split: FitEval, *, n_bins: int = 15) -> dict[str, float]:
     ``adaece`` (library), ``adaece_code`` (:func:`code_ece`), ``nll``, ``mce``, ``s99`` (fraction
     with confidence > 0.99) and ``s99_acc`` (accuracy on them), on the evaluation split.
     """
-    ts = TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES, n_bins=n_bins).fit(split.fit_logits, split.fit_labels)
+    ts = fit_on_grid(TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES, n_bins=n_bins), split.fit_logits,
+                     split.fit_labels)
     t = ts.temperature_
     y = split.eval_labels
     row: dict[str, float] = {"temperature": t,
@@ -209,7 +210,7 @@ def kk_fit(fit_logits: Any, fit_labels: Any, *, psi_gamma: float | None = None,
         "uncalibrated": {"temperature": 1.0, "gamma_ev": 0.0, "val_score": float("nan"), "seconds": 0.0}}
     for method, cal in _calibrators(n_bins).items():
         start = time.perf_counter()
-        cal.fit(z, fit_labels)
+        fit_on_grid(cal, z, fit_labels)
         params[method] = {"temperature": float(cal.temperature_), "gamma_ev": float(getattr(cal, "gamma_ev_", 0.0)),
                           "val_score": float(cal.best_score_), "seconds": time.perf_counter() - start}
     if psi_gamma is not None:
@@ -268,7 +269,7 @@ def zhou_row(eval_logits: Any, eval_labels: Any, fit_logits: Any, fit_labels: An
     (asymptotic optimum; ties averaged) of the raw predictions for every score ``s`` of
     :data:`focalcal.scores.SCORES`.
     """
-    ts = TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES, n_bins=n_bins).fit(fit_logits, fit_labels)
+    ts = fit_on_grid(TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES, n_bins=n_bins), fit_logits, fit_labels)
     z = torch.as_tensor(eval_logits).to(torch.float64)
     y = eval_labels
     row: dict[str, float] = {"temperature": ts.temperature_, "accuracy": metrics.accuracy(logits=z, labels=y)}
