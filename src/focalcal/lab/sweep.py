@@ -259,9 +259,10 @@ SMOKE_CURVATURE_LOSSES = sum(curvature_losses((0.0, 3.0), (1e-2,)), ())
 LENGTH_LOSSES = (loss("ce", label="CE"), loss("focal", label="focal-1", gamma=1.0),
                  loss("focal", label="focal-3", gamma=3.0), loss("focal", label="focal-5", gamma=5.0))
 CPU_LENGTH_TRAIN = {"epochs": 30, "train_subset": 2000, "eval_subset": 1000, "batch_size": 32,
-                    "schedule": "", "optimizer": "sgd", "lr": 0.02, "device": "auto",
-                    "logits_epochs": (1, 2, 3, 5, 10, 20, 30)}
-SMOKE_LENGTH_TRAIN = {**SMOKE_TRAIN, "logits_epochs": (1,)}
+                    "schedule": None, "optimizer": "sgd", "lr": 0.02, "device": "auto",
+                    "logits_epochs": [1, 2, 3, 5, 10, 20, 30]}  # a list: specs travel as JSON
+SMOKE_LENGTH_TRAIN = {**SMOKE_TRAIN, "logits_epochs": [1]}
+SMOKE_LENGTH_LOSSES = LENGTH_LOSSES[::2]  # CE and focal-3
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
@@ -276,7 +277,7 @@ PROFILES: dict[str, Profile] = {
                train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
          Block(["fashion_mnist"], ["mlp"], SMOKE_CURVATURE_LOSSES, [0],
                train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
-         Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES[::2], [0], train=SMOKE_LENGTH_TRAIN,
+         Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC)]),
     "cpu": Profile(
         "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
