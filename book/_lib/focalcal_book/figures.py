@@ -276,7 +276,14 @@ def risk_isolines(r_grid: torch.Tensor, risks: Mapping[str, torch.Tensor], p: to
 
     tri_xy = barycentric_to_cartesian(r_grid).numpy()
     triang = mtri.Triangulation(tri_xy[:, 0], tri_xy[:, 1])
-    fig, axes = plt.subplots(1, len(risks), figsize=(WIDTH, 3.1))
+    # more than three simplices in one row of the page's width would be too small to read
+    ncols = len(risks) if len(risks) <= 3 else 2
+    nrows = -(-len(risks) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH if ncols == 3 else 6.4, 3.1 * nrows),
+                             squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[len(risks):]:
+        ax.remove()
     p_xy = barycentric_to_cartesian(p).numpy()
     for ax, (name, risk) in zip(axes, risks.items()):
         lv = np.quantile(risk.numpy(), [x / 100 for x in levels_pct])
