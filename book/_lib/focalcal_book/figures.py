@@ -21,6 +21,15 @@ from focalcal_book.style import FIGURE_WIDTH_IN as WIDTH, SMALLEST_FONT_PT
 F64 = torch.float64
 
 
+def _legends_below(fig: Figure, axes) -> None:
+    """Lay ``fig`` out, then put the legend of each of ``axes`` below its panel, off the curves:
+    panels that share the page's width can leave no free corner for it. The layout comes first,
+    or it would squash the panels to make room for the legends."""
+    fig.tight_layout()
+    for ax in axes:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), handlelength=1.6)
+
+
 def _gamma_label(g: float, zero: str = "cross-entropy") -> str:
     return rf"$\gamma = 0$ ({zero})" if g == 0 else rf"$\gamma = {g:g}$"
 
@@ -247,11 +256,7 @@ def closest_binary_ts(gammas, inv_t, err, slope: float, intercept: float,
     ax_c.plot(s_show, torch.sigmoid(s_show), color=color("identity"), ls=":",
               label="sigmoid (T = 1)")
     ax_c.set(xlabel="logit $s$", ylabel="probability", title="FC and its closest TS")
-    fig.tight_layout()
-    # three panels share the page's width: the legends go below them, off the curves (added
-    # after the layout, which would otherwise squash the panels to make room for them)
-    for ax in (ax_a, ax_b, ax_c):
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), handlelength=1.6)
+    _legends_below(fig, (ax_a, ax_b, ax_c))
     return fig
 
 
@@ -693,7 +698,6 @@ def inverse_focal_and_dual_focal(gamma_star: float, p_y, dual: Mapping[str, obje
     axes[0].axhline(0, color=color("identity"), lw=1)
     axes[0].set(xlabel=r"true-class probability $p_y$", ylabel=r"$\partial\ell/\partial p_y$",
                 ylim=(-8, 3), title="inverse focal loss: gradient")
-    axes[0].legend(loc="lower right", frameon=True, framealpha=0.9, edgecolor="none")
     for variant, lv in dual.items():
         lv = np.asarray(lv)
         if variant == "released":
@@ -706,7 +710,7 @@ def inverse_focal_and_dual_focal(gamma_star: float, p_y, dual: Mapping[str, obje
     axes[1].set(xlabel=r"true-class probability $p_y$ ($k = 2$)", ylabel="loss", yscale="log",
                 title=rf"dual focal loss, $\gamma = {gamma:g}$")
     axes[1].legend()
-    fig.tight_layout()
+    _legends_below(fig, axes[:1])
     return fig
 
 
@@ -735,6 +739,5 @@ def smoothed_cdf_bias(scores, smoothed: Mapping[float, torch.Tensor], grid, nus,
     axes[1].axvline(0.1, color=color("focal"), lw=1, label=r"paper: $\nu = 0.1$")
     axes[1].set(xlabel=r"smoothing $\nu$ (score units; grey lines: bin widths)",
                 ylabel=r"mean $|\widehat G_\nu - G_n|$", title="bias of the smoothed CDF")
-    axes[1].legend(loc="lower left")
-    fig.tight_layout()
+    _legends_below(fig, axes[1:])
     return fig
