@@ -251,9 +251,10 @@ SMOKE_CURVATURE_LOSSES = sum(curvature_losses((0.0, 3.0), (1e-2,)), ())
 # Fashion-MNIST images, SGD at a constant learning rate 0.02 (so that the logits saved after epoch
 # n are those of a network trained for n epochs, not of a schedule's early phase), with the
 # validation and test logits saved after 1, 2, 3, 5, 10, 20 and 30 epochs. Measured on the 2
-# cores: about 1.4 CPU-seconds per epoch (1 000 images cost about 1.1); on idle cores 0.9 s per
-# epoch with 2 threads and 110 s for a whole run (both templates), so about 5-7 minutes for the
-# 12 runs with --jobs 2 (25 minutes with --jobs 3 while other jobs loaded the machine 7-fold). In a pilot (one seed) cross-
+# cores: about 1.4 CPU-seconds per epoch (1 000 images cost about 1.1); once the cores were idle,
+# 0.9 s per epoch with 2 threads, plus about 13 s per run for the two templates: about 40 s per
+# run, so about 5-7 minutes for the 12 runs with --jobs 2 (25 minutes with --jobs 3 while other
+# jobs loaded the machine 7-fold). In a pilot (one seed) cross-
 # entropy's TS temperature went from 1.0 after 1-5 epochs to 2.9 after 30, focal loss's with
 # gamma = 3 from 0.56-0.65 to 1.0; 1 000 images showed the same, with noisier ECE. The labels keep
 # these runs apart from the Table 1 runs of the same network.
