@@ -191,9 +191,9 @@ def best_loss_by_epoch(summary, *, column: str = "test_ece_mean") -> Any:
 
 def _styles(labels: Sequence[str]) -> dict[str, tuple[str, Any]]:
     # the experiment chapters' one colour per loss (focal gammas share it, with their own line style)
-    from focalcal.lab.results.figures import _loss_styles
+    from focalcal.lab.results.figures import loss_styles
 
-    return _loss_styles(labels)
+    return loss_styles(labels)
 
 
 def _log_axes(ax, epochs: Sequence[int], *, log_y: bool) -> None:

@@ -16,9 +16,12 @@ from ..._validation import check_choice
 from .protocol import FAMILIES
 from .tables import select_losses
 
-__all__ = ["plot_training_curves", "plot_reliability_panel", "plot_posterior_1d", "plot_posterior_kl"]
+__all__ = ["loss_styles", "plot_training_curves", "plot_reliability_panel", "plot_posterior_1d", "plot_posterior_kl"]
 
-def _loss_styles(labels: Iterable[str]) -> dict[str, tuple[str, Any]]:
+
+def loss_styles(labels: Iterable[str]) -> dict[str, tuple[str, Any]]:
+    """Loss label -> ``(colour, line style)``: the book's one colour per loss family, losses that
+    share a colour (focal loss with several gammas) told apart by their line style."""
     from ...plotting import LINESTYLES, color
 
     styles, used = {}, {}
@@ -70,7 +73,7 @@ def plot_training_curves(histories, *, split: str = "test", panels: Sequence[str
     axes = np.atleast_1d(axes).ravel()[:len(panels)]
     fig = axes[0].figure
     labels = list(dict.fromkeys(histories["loss_label"]))
-    styles = _loss_styles(labels)
+    styles = loss_styles(labels)
     for ax, m in zip(axes, panels):
         col = f"{split}_{m}"
         for lo in labels:
