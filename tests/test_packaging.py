@@ -9,6 +9,7 @@ A second venv installs the oldest torch that pyproject.toml admits and runs the 
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import re
 import subprocess
 import sys
@@ -113,6 +114,60 @@ def bare_python(wheel) -> Path:
     _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel])
     _run([python, "-m", "pip", "check"])
     return python
+
+
+def _extra_requirements(wheel: Path, extra: str) -> list[str]:
+    """The wheel's Requires-Dist that ``extra`` adds, with ``focalcal[...]`` self-references expanded."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    out = []
+    for line in meta.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.marker is None or not req.marker.evaluate({"extra": extra}):
+            continue
+        if req.name == "focalcal":
+            out += [r for e in req.extras for r in _extra_requirements(wheel, e)]
+        else:
+            req.marker = None
+            out.append(str(req))
+    return out
+
+
+@pytest.fixture(scope="module")
+def lab_python(wheel) -> Path:
+    """A fresh venv with the wheel and what ``focalcal[lab]`` declares (nothing of the book)."""
+    python = _fresh_venv(BUILD / "venv-lab")
+    _run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools"])
+    deps = BUILD / "deps-lab"
+    subprocess.run(["rm", "-rf", str(deps)], check=True)
+    names = _closure(_core_requirements(wheel) + _extra_requirements(wheel, "lab"))
+    _link_distributions(names - {"focalcal"}, deps)
+    (_site_packages(python) / "focalcal-deps.pth").write_text(f"{deps}\n")
+    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel])
+    return python
+
+
+@pytest.mark.notebooks
+def test_smoke_sweep_runs_from_the_wheel_outside_the_checkout(lab_python, tmp_path):
+    """The installed lab finds its templates as package data, writes under the working directory
+    and needs none of the book's packages: one run of the smoke profile, end to end."""
+    probe = "import importlib.util as u; print([m for m in ('myst_nb', 'focalcal_book', 'jupyter_book') if u.find_spec(m)])"
+    assert _run([lab_python, "-c", probe], cwd=tmp_path).stdout.strip() == "[]"
+    pattern = "gaussian_mixture-mlp-FLSD-532-*"
+    listed = _run([lab_python, "-m", "focalcal.lab.sweep", "--profile", "smoke", "--only", pattern, "--list"],
+                  cwd=tmp_path).stdout
+    assert listed.count("pending") == 1, listed
+    _run([lab_python, "-m", "focalcal.lab.sweep", "--profile", "smoke", "--only", pattern, "--jobs", "1"],
+         cwd=tmp_path, timeout=600)
+    (result,) = (tmp_path / "runs" / "smoke" / "runs").glob("gaussian_mixture-mlp-FLSD-532-*/result.json")
+    rows = json.loads(result.read_text())["rows"]
+    assert {r["method"] for r in rows} >= {"uncalibrated", "TS (NLL)", "focal TS (ECE)"}, rows
+    log = (result.parent / "run.log").read_text()
+    assert "epoch 1" in log, log[-2000:]
+    where = _run([lab_python, "-c", "import focalcal.lab.sweep as s; print(s.templates_dir())"], cwd=tmp_path).stdout
+    assert Path(where.strip()).is_relative_to(_site_packages(lab_python)), where
 
 
 def _readme_library_snippet() -> str:
