@@ -88,10 +88,11 @@ def check_score(score: str) -> str:
     >>> from focalcal.scores import check_score
     >>> check_score("margin")
     'margin'
-    >>> check_score("entropy")
-    Traceback (most recent call last):
-        ...
-    ValueError: score must be one of 'msp', 'neg_entropy', 'margin'; got 'entropy'
+    >>> try:
+    ...     check_score("entropy")
+    ... except ValueError as err:
+    ...     print(err)
+    score must be one of 'msp', 'neg_entropy', 'margin'; got 'entropy'
     """
     return check_choice(score, "score", SCORES)
 
