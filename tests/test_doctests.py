@@ -20,11 +20,6 @@ import torch
 
 import focalcal
 
-# modules whose examples another change is adding: their doctests run, but the coverage test
-# leaves them (and their objects re-exported elsewhere) out until the examples land; remove a
-# prefix from here when its examples are in
-PENDING = {"focalcal.losses.curvature"}
-
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -42,10 +37,6 @@ MODULES = _library_modules()
 
 def _is_private(module_name: str) -> bool:
     return any(part.startswith("_") for part in module_name.split("."))
-
-
-def _pending(module_name: str) -> bool:
-    return any(module_name == p or module_name.startswith(p + ".") for p in PENDING)
 
 
 def _public_objects(module: ModuleType) -> dict[str, object]:
@@ -77,14 +68,12 @@ def test_doctests(module_name):
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {module_name}"
 
 
-@pytest.mark.parametrize("module_name", [m for m in MODULES if not _is_private(m) and not _pending(m)])
+@pytest.mark.parametrize("module_name", [m for m in MODULES if not _is_private(m)])
 def test_every_public_function_and_class_has_an_example(module_name):
     module = importlib.import_module(module_name)
     objects = _public_objects(module)
     assert objects, f"{module_name} exports no function or class"
-    # a re-export (e.g. focalcal.focal_loss) is checked with the module that defines it
-    missing = [name for name, obj in objects.items()
-               if not _pending(obj.__module__) and ">>>" not in (inspect.getdoc(obj) or "")]
+    missing = [name for name, obj in objects.items() if ">>>" not in (inspect.getdoc(obj) or "")]
     assert not missing, f"{module_name}: no example (>>>) in the docstring of {', '.join(missing)}"
 
 
