@@ -165,6 +165,21 @@ def test_page_has_no_unparsed_math(built_book, page):
     assert hit is None, f"{page}: unparsed TeX near {main.get_text(' ')[max(0, hit.start() - 60):hit.end() + 40]!r}"
 
 
+# A Markdown list that reached the page as a paragraph ("- first item. - second item."): a glued
+# list pasted with the inline {glue:md} role, which cannot hold block elements (the block
+# directive ```{glue:md} key with :format: myst parses it)
+UNPARSED_LIST = re.compile(r"(?:^|\n)\s*[-*] \S")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_has_no_unparsed_lists(built_book, page):
+    main = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser").select_one("main")
+    for el in main.select("script, style, pre, code, .cell_input, .cell_output, .math"):
+        el.decompose()
+    bad = [p.get_text()[:120] for p in main.find_all("p") if UNPARSED_LIST.search(p.get_text())]
+    assert not bad, f"{page}: list items rendered as a paragraph: {bad}"
+
+
 # a figure the source creates: plt.subplots / plt.figure, a call of the book's figure helpers
 # (focalcal_book.figures: one figure each), or a focalcal plot_* helper that makes its own
 FIGURE_CALLS = re.compile(r"plt\.(?:subplots|figure)\(|(?<![\w.])figures\.[a-z]\w*\(")
