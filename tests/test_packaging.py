@@ -83,12 +83,17 @@ def wheel() -> Path:
     return path
 
 
-def _core_requirements(wheel: Path) -> list[str]:
-    """The wheel's Requires-Dist without an extra marker."""
+def _requires_dist(wheel: Path) -> list[Requirement]:
+    """The wheel's Requires-Dist entries."""
     with zipfile.ZipFile(wheel) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
-    reqs = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
-    return [r for r in reqs if Requirement(r).marker is None]
+    return [Requirement(line.split(":", 1)[1].strip()) for line in meta.splitlines()
+            if line.startswith("Requires-Dist:")]
+
+
+def _core_requirements(wheel: Path) -> list[str]:
+    """The wheel's Requires-Dist without an extra marker."""
+    return [str(r) for r in _requires_dist(wheel) if r.marker is None]
 
 
 def test_wheel_holds_the_library_and_lab_not_the_book(wheel):
@@ -101,30 +106,10 @@ def test_wheel_holds_the_library_and_lab_not_the_book(wheel):
     assert core == ["numpy", "scipy", "torch"], core
 
 
-@pytest.fixture(scope="module")
-def bare_python(wheel) -> Path:
-    """A fresh venv with the wheel installed and only its declared dependencies importable."""
-    python = _fresh_venv(BUILD / "venv-bare")
-    # ensurepip's own setuptools would shadow the one torch declares
-    _run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools"])
-    deps = BUILD / "deps-bare"
-    subprocess.run(["rm", "-rf", str(deps)], check=True)
-    _link_distributions(_closure(_core_requirements(wheel)), deps)
-    (_site_packages(python) / "focalcal-deps.pth").write_text(f"{deps}\n")
-    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel])
-    _run([python, "-m", "pip", "check"])
-    return python
-
-
 def _extra_requirements(wheel: Path, extra: str) -> list[str]:
     """The wheel's Requires-Dist that ``extra`` adds, with ``focalcal[...]`` self-references expanded."""
-    with zipfile.ZipFile(wheel) as z:
-        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     out = []
-    for line in meta.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = Requirement(line.split(":", 1)[1].strip())
+    for req in _requires_dist(wheel):
         if req.marker is None or not req.marker.evaluate({"extra": extra}):
             continue
         if req.name == "focalcal":
@@ -135,18 +120,32 @@ def _extra_requirements(wheel: Path, extra: str) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def lab_python(wheel) -> Path:
-    """A fresh venv with the wheel and what ``focalcal[lab]`` declares (nothing of the book)."""
-    python = _fresh_venv(BUILD / "venv-lab")
+def _venv_with_wheel(wheel: Path, name: str, requirements: list[str]) -> Path:
+    """A fresh venv with the wheel installed and only the distributions ``requirements`` need
+    importable (linked from this .venv, nothing downloaded)."""
+    python = _fresh_venv(BUILD / f"venv-{name}")
+    # ensurepip's own setuptools would shadow the one torch declares
     _run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools"])
-    deps = BUILD / "deps-lab"
+    deps = BUILD / f"deps-{name}"
     subprocess.run(["rm", "-rf", str(deps)], check=True)
-    names = _closure(_core_requirements(wheel) + _extra_requirements(wheel, "lab"))
-    _link_distributions(names - {"focalcal"}, deps)
+    _link_distributions(_closure(requirements) - {"focalcal"}, deps)
     (_site_packages(python) / "focalcal-deps.pth").write_text(f"{deps}\n")
     _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel])
     return python
+
+
+@pytest.fixture(scope="module")
+def bare_python(wheel) -> Path:
+    """A fresh venv with the wheel installed and only its declared dependencies importable."""
+    python = _venv_with_wheel(wheel, "bare", _core_requirements(wheel))
+    _run([python, "-m", "pip", "check"])
+    return python
+
+
+@pytest.fixture(scope="module")
+def lab_python(wheel) -> Path:
+    """A fresh venv with the wheel and what ``focalcal[lab]`` declares (nothing of the book)."""
+    return _venv_with_wheel(wheel, "lab", _core_requirements(wheel) + _extra_requirements(wheel, "lab"))
 
 
 @pytest.mark.notebooks
