@@ -144,9 +144,9 @@ def to_device(x: torch.Tensor, device: torch.device, channels_last: bool) -> tor
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable, *, device: str | torch.device = "auto",
-             amp: bool = False, channels_last: bool = False
+             amp: bool = False, channels_last: bool = False, limit: int | None = None
              ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """Logits of ``model`` (eval mode) over ``loader``.
+    """Logits of ``model`` (eval mode) over ``loader``, or over its first ``limit`` samples.
 
     Returns
     -------
@@ -165,8 +165,14 @@ def evaluate(model: nn.Module, loader: Iterable, *, device: str | torch.device =
     logits, labels, fsum, fcount = [], [], torch.zeros((), dtype=torch.float64, device=dev), 0
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp else nullcontext()
     try:
+        seen = 0
         for batch in loader:
+            if limit is not None and seen >= limit:
+                break
             x, y = split_batch(batch)
+            if limit is not None and seen + len(y) > limit:
+                x, y = x[:limit - seen], y[:limit - seen]
+            seen += len(y)
             x = to_device(x, dev, channels_last)
             if hook is not None:
                 hook.reset()

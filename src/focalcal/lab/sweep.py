@@ -208,13 +208,43 @@ SMOKE_PAIR = (TABLE1_LOSSES[0], TABLE1_LOSSES[2])  # cross-entropy, focal (gamma
 # almost perfectly and overfits the test NLL while the test error still falls (Mukhoti et al.
 # 2020, Sec. 3). Validation: the 5 000 images of the fixed split; test: 5 000 of the 10 000 test
 # images (a seeded subset per seed) to halve the cost of the per-epoch evaluation.
+# The per-epoch records (Mukhoti et al.'s Figs. 2-3 and 10) use the first 1 000 validation and test
+# images: measured on the 2 cores, evaluating all 10 000 took twice as long as the training pass
+# (an 18-epoch run: 45 s of training, 2.5 s an epoch, against about 1.3 s with the subset); the last
+# epoch, whose logits every post-hoc result uses, is evaluated on all of them.
 CPU_FMNIST_TRAIN = {"epochs": 18, "train_subset": 4000, "eval_subset": 5000, "batch_size": 32,
-                    "schedule": "paper_cifar", "optimizer": "sgd", "lr": 0.05, "device": "auto"}
+                    "schedule": "paper_cifar", "optimizer": "sgd", "lr": 0.05, "device": "auto",
+                    "record_subset": 1000}
 # Dual focal loss weights a sample by (1 - p_t + p_j)^gamma, up to 2^5 = 32 where the network is
 # wrong: with this learning rate and no batch normalisation its three seeds stalled at chance or
 # diverged. It is trained with the gradient norm clipped at 2, as Mukhoti et al.'s released code
 # does for every loss (the other losses here train without clipping).
 CPU_FMNIST_DUAL_TRAIN = {**CPU_FMNIST_TRAIN, "clip_grad_norm": 2.0}
+# Mukhoti et al.'s Fig. 1 (training-set reliability at several epochs) and Fig. 3 (cross-entropy
+# against focal loss with gamma = 1, 2, 3): these four losses also save the training split's logits
+# after epochs 2, 6, 12 and 18 (the learning rate drops after epochs 8 and 13).
+CPU_FMNIST_FIG1_TRAIN = {**CPU_FMNIST_TRAIN, "logits_epochs": [2, 6, 12, 18], "train_logits": True}
+
+# The rest of the papers' comparisons on the same network and schedule (Mukhoti et al. Tables 1-2:
+# Brier, MMCE, label smoothing 0.05, FL-2, FLSc-531, FLSD-532; Zhou et al. Table 1: inverse focal,
+# KDE-XE, AURC, their selective-risk loss; Komisarenko & Kull Table 1: FL-7, AdaFocal).
+# FLSc-531's gamma steps (5 -> 3 -> 1 after 100 and 250 of 350 epochs) are rescaled to 18 epochs.
+FIG3_LOSSES = (TABLE1_LOSSES[0], TABLE1_LOSSES[1], loss("focal", gamma=2.0, label="focal (gamma=2)"),
+               TABLE1_LOSSES[2])
+MUKHOTI_BASELINES = (loss("brier", label="Brier"),
+                     loss("label_smoothing", alpha=0.05, label="label smoothing (0.05)"),
+                     loss("flsc531", milestones=[5, 13], label="FLSc-531"),
+                     loss("flsd532", label="FLSD-532"))
+ZHOU_LOSSES = (loss("inverse_focal", label="inverse focal"), loss("kde_xe", label="KDE-XE"),
+               loss("aurc", label="AURC"))
+KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adafocal", label="AdaFocal"))
+# MMCE (lambda = 2) and the selective-risk loss stalled near chance at this learning rate without
+# clipping in a 4-epoch pilot (validation accuracy 0.11 and 0.18); like dual focal loss they train
+# with the gradient norm clipped at 2.
+CLIPPED_LOSSES = (TABLE1_LOSSES[5], loss("mmce", label="MMCE"), loss("selective_risk", label="selective-risk"))
+#: every loss of the Fashion-MNIST comparison, in the order the pages list them
+FMNIST_LOSSES = (TABLE1_LOSSES[:5] + (FIG3_LOSSES[2],) + MUKHOTI_BASELINES + ZHOU_LOSSES
+                 + KK_EXTRA_LOSSES + CLIPPED_LOSSES)
 # the synthetic tasks with one seed (a few minutes): the same losses where the posterior is known
 CPU_SYNTHETIC_TRAIN = {"epochs": 15, "train_subset": 0, "eval_subset": 0, "batch_size": 128,
                        "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto"}
@@ -266,13 +296,39 @@ CPU_LENGTH_TRAIN = {"epochs": 30, "train_subset": 2000, "eval_subset": 1000, "ba
 SMOKE_LENGTH_TRAIN = {**SMOKE_TRAIN, "logits_epochs": [1]}
 SMOKE_LENGTH_LOSSES = LENGTH_LOSSES[::2]  # CE and focal-3
 
+# Charoenphakdee et al. (2021), Figs. 4-6 at Fashion-MNIST scale (book/experiments/psi_capacity.md):
+# focal loss at their gammas on MLPs of two capacities (784-64-10 and 784-512-512-10) trained on
+# 4 000 images, and the larger one on 400 (their CIFAR10-s keeps a tenth of the data), 2 seeds,
+# Adam for 20 epochs; label smoothing 0.1 (their LS paradigm, with cross-entropy) in each setting.
+# Per-epoch records on 500 validation and test images (an MLP's run is mostly papermill's start).
+PSI_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0)
+PSI_LOSSES = (tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in PSI_GAMMAS)
+              + (loss("label_smoothing", alpha=0.1, label="label smoothing (0.1)"),))
+PSI_SMALL_MLP = {"in_features": 784, "hidden": [64]}
+PSI_LARGE_MLP = {"in_features": 784, "hidden": [512, 512]}
+CPU_PSI_TRAIN = {"epochs": 20, "train_subset": 4000, "eval_subset": 5000, "batch_size": 64,
+                 "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto",
+                 "record_subset": 500}
+CPU_PSI_SMALL_DATA_TRAIN = {**CPU_PSI_TRAIN, "train_subset": 400}
+SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
+
+
+def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
+               losses: Sequence[Loss] = PSI_LOSSES) -> list[Block]:
+    """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``."""
+    return [Block(["fashion_mnist"], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC,
+                  model_params=mlp)
+            for mlp, t in ((PSI_SMALL_MLP, train), (PSI_LARGE_MLP, train), (PSI_LARGE_MLP, small_data))]
+
+
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         "every template and every loss on tiny data, for `make test` (< 3 minutes on 2 cores)",
         # cross-entropy and focal loss run on Fashion-MNIST and on the 1-D synthetic task (so that
         # each experiment chapter has the two losses it compares), every other loss on the
         # Gaussian mixture
-        [Block(["fashion_mnist"], ["cnn"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
+        [Block(["fashion_mnist"], ["cnn"], SMOKE_PAIR, [0], posthoc=SMOKE_POSTHOC,
+               train={**SMOKE_TRAIN, "logits_epochs": [1], "train_logits": True, "record_subset": 128}),
          Block(["charoenphakdee_1d"], ["mlp"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
          Block(["gaussian_mixture"], ["mlp"],
                [lo for lo in ALL_LOSSES if lo.name not in {f.name for f in SMOKE_PAIR}], [0],
@@ -280,11 +336,16 @@ PROFILES: dict[str, Profile] = {
          Block(["fashion_mnist"], ["mlp"], SMOKE_CURVATURE_LOSSES, [0],
                train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
          Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
-               posthoc=SMOKE_POSTHOC)]),
+               posthoc=SMOKE_POSTHOC),
+         *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
+                     (PSI_LOSSES[0], PSI_LOSSES[3]))]),
     "cpu": Profile(
         "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
-        [Block(["fashion_mnist"], ["cnn"], TABLE1_LOSSES[:5], [0, 1, 2], train=CPU_FMNIST_TRAIN),
-         Block(["fashion_mnist"], ["cnn"], TABLE1_LOSSES[5:], [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
+        [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train=CPU_FMNIST_FIG1_TRAIN),
+         Block(["fashion_mnist"], ["cnn"],
+               (TABLE1_LOSSES[3], TABLE1_LOSSES[4]) + MUKHOTI_BASELINES + ZHOU_LOSSES + KK_EXTRA_LOSSES,
+               [0, 1, 2], train=CPU_FMNIST_TRAIN),
+         Block(["fashion_mnist"], ["cnn"], CLIPPED_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
          Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABLE1_LOSSES, [0],
                train=CPU_SYNTHETIC_TRAIN),
          Block(["fashion_mnist"], ["mlp"], curvature_losses()[0], [0, 1, 2], train=CPU_CURVATURE_TRAIN,
@@ -292,7 +353,8 @@ PROFILES: dict[str, Profile] = {
          Block(["fashion_mnist"], ["mlp"], curvature_losses()[1], [0, 1], train=CPU_CURVATURE_TRAIN,
                posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
          Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
-               posthoc=SMOKE_POSTHOC)]),
+               posthoc=SMOKE_POSTHOC),
+         *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
     "paper": Profile(
         "CIFAR-10/100 and Tiny-ImageNet with the papers' models, schedules and 5 seeds (GPU)",
         [Block(["cifar10", "cifar100"], ["resnet50", "resnet110", "wide_resnet26_10", "densenet121"],

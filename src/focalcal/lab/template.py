@@ -40,7 +40,7 @@ def loss_parameters(loss_params: str) -> dict[str, Any]:
 # the train_classifier parameters that make a run's id (besides dataset, model, loss and seed):
 # what changes the trained model; device, out_dir, resume and keep_checkpoint do not
 _RUN_KEYS = ("epochs", "train_subset", "eval_subset", "batch_size", "schedule", "optimizer", "lr",
-             "clip_grad_norm", "logits_epochs")
+             "clip_grad_norm", "logits_epochs", "train_logits", "record_subset")
 
 
 def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None = None) -> Path:

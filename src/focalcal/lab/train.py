@@ -202,6 +202,12 @@ class TrainSettings:
         ``out_dir/logits_epoch_<n>.pt`` (the keys of ``logits.pt``, plus ``train_logits`` and
         ``train_labels`` when a ``train_eval_loader`` is given). Each must lie in ``1..epochs``.
         Empty (the default): nothing extra is written or recorded.
+    record_subset : int
+        At the epochs whose logits are not saved (neither the last nor one of ``logits_epochs``),
+        evaluate the validation and test loaders on their first ``record_subset`` samples only: the
+        per-epoch records then cost a fraction of a full pass (on a small CPU network the two
+        evaluation passes cost twice the training pass), while the saved logits, and so every
+        post-hoc result, still come from the whole splits. 0 (the default): always all of them.
 
     Raises
     ------
@@ -228,6 +234,7 @@ class TrainSettings:
     n_bins: int = 15
     clip_grad_norm: float | None = None
     logits_epochs: tuple[int, ...] = ()
+    record_subset: int = 0
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -255,6 +262,7 @@ class TrainSettings:
         put("logits_epochs", tuple(sorted({check_int(e, "logits_epochs") for e in self.logits_epochs})))
         if any(e > self.epochs for e in self.logits_epochs):
             raise ValueError(f"logits_epochs must lie in 1..epochs ({self.epochs}), got {self.logits_epochs}")
+        put("record_subset", check_int(self.record_subset, "record_subset", minimum=0))
 
 
 # ------------------------------------------------------------------------------ RNG states ---
@@ -436,6 +444,7 @@ class Trainer:
             "n_bins": s.n_bins, "clip_grad_norm": s.clip_grad_norm,
             # only when set: the records of runs without it stay byte-identical
             **({"logits_epochs": list(s.logits_epochs)} if s.logits_epochs else {}),
+            **({"record_subset": s.record_subset} if s.record_subset else {}),
         }
 
     # ------------------------------------------------------------------------------ fit ---
@@ -452,7 +461,9 @@ class Trainer:
             :func:`focalcal.lab.data.make_loaders`), it is re-seeded with ``seed`` for a fresh run
             and checkpointed, so shuffling is reproducible.
         train_eval_loader : iterable, optional
-            An extra eval-mode pass over training data each epoch (records ``train_eval_*``).
+            An extra eval-mode pass over training data (records ``train_eval_*``): every epoch, or,
+            when ``logits_epochs`` is set, after those epochs only (its logits then go into their
+            ``logits_epoch_<n>.pt``, e.g. for Mukhoti et al.'s training-set reliability diagrams).
 
         Returns
         -------
@@ -636,25 +647,29 @@ class Trainer:
         self.opt.step()
         return logits, loss
 
-    def _evaluate(self, loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    def _evaluate(self, loader: Iterable, limit: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
         return evaluate(self.model, loader, device=self.device, amp=self.amp,
-                        channels_last=self.channels_last)
+                        channels_last=self.channels_last, limit=limit)
 
     def _record(self, epoch: int, lr_now: float, done: _Epoch) -> dict[str, Any]:
         """The epoch's record (:mod:`focalcal.lab.records`); calls ``on_epoch_end``."""
-        n_bins, ld = self.settings.n_bins, self.loaders
-        record: dict[str, Any] = {"epoch": epoch + 1, "lr": lr_now, "train_loss": done.loss}
+        s, ld = self.settings, self.loaders
+        n_bins, n = s.n_bins, epoch + 1
+        saved = n == s.epochs or n in s.logits_epochs
+        limit = None if saved or not s.record_subset else s.record_subset
+        record: dict[str, Any] = {"epoch": n, "lr": lr_now, "train_loss": done.loss}
         record.update(prefixed("train", prediction_stats(done.logits, done.labels, n_bins=n_bins)))
-        if ld.train_eval is not None:
+        if ld.train_eval is not None and (not s.logits_epochs or n in s.logits_epochs):
             self.train_eval_out = self._evaluate(ld.train_eval)
             record.update(prefixed("train_eval", prediction_stats(*self.train_eval_out[:2], n_bins=n_bins)))
         fnorm = None  # the feature norm of the test split, else of the validation split
         if ld.val is not None:
-            self.val_out = self._evaluate(ld.val)
+            self.val_out = self._evaluate(ld.val, limit)
             record.update(prefixed("val", prediction_stats(*self.val_out[:2], n_bins=n_bins)))
             fnorm = self.val_out[2]
         if ld.test is not None:
-            self.test_out = self._evaluate(ld.test)
+            self.test_out = self._evaluate(ld.test, limit)
             record.update(prefixed("test", prediction_stats(*self.test_out[:2], n_bins=n_bins)))
             fnorm = self.test_out[2]
         if self.hooks.on_epoch_end is not None:

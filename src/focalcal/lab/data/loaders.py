@@ -36,6 +36,8 @@ class Loaders(NamedTuple):
     val: DataLoader
     test: DataLoader
     info: DatasetInfo
+    #: the training samples in a fixed order, never augmented (``make_loaders(train_eval=True)``)
+    train_eval: DataLoader | None = None
 
 
 def _subset_size(subset: int | Mapping[str, int] | None, split: str) -> int | None:
@@ -54,7 +56,7 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
                  eval_batch_size: int | None = None, num_workers: int = 0, seed: int = 0,
                  subset: int | Mapping[str, int] | None = None, augment: bool = True,
                  download: bool = True, pin_memory: bool | None = None, drop_last: bool = False,
-                 **dataset_kwargs: Any) -> Loaders:
+                 train_eval: bool = False, **dataset_kwargs: Any) -> Loaders:
     """Train / val / test loaders for a dataset of :data:`DATASETS`.
 
     Parameters
@@ -80,6 +82,9 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
         Default: when CUDA is available.
     drop_last : bool
         Drop the last incomplete training batch.
+    train_eval : bool
+        Also return ``Loaders.train_eval``: the same training samples, unshuffled, unaugmented and
+        in evaluation batches, for the trainer's ``train_eval_loader`` (training-set logits).
     """
     info = dataset_info(name)
     bs = check_int(batch_size, "batch_size")
@@ -87,14 +92,17 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
     check_int(num_workers, "num_workers", minimum=0)
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
-    loaders = {}
-    for split in SPLITS:
-        ds = get_dataset(name, root, split, augment=augment and split == "train",
-                         download=download, **dataset_kwargs)
+    def split_data(split: str, augmented: bool):
+        ds = get_dataset(name, root, split, augment=augmented, download=download, **dataset_kwargs)
         k = _subset_size(subset, split)
         if k is not None and k < len(ds):
             rng = np.random.default_rng([seed, SPLITS.index(split)])
             ds = Subset(ds, np.sort(rng.permutation(len(ds))[:k]).tolist())
+        return ds
+
+    loaders = {}
+    for split in SPLITS:
+        ds = split_data(split, augment and split == "train")
         is_train = split == "train"
         gen = torch.Generator().manual_seed(int(seed)) if is_train else None
         loaders[split] = DataLoader(
@@ -108,4 +116,8 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
     if hasattr(built, "num_classes") and hasattr(built, "input_shape"):
         info = dataclasses.replace(info, num_classes=built.num_classes,
                                    input_shape=tuple(built.input_shape))
-    return Loaders(loaders["train"], loaders["val"], loaders["test"], info)
+    clean = None
+    if train_eval:
+        clean = DataLoader(split_data("train", False), batch_size=ebs, shuffle=False,
+                           num_workers=num_workers, pin_memory=bool(pin_memory))
+    return Loaders(loaders["train"], loaders["val"], loaders["test"], info, clean)
