@@ -297,6 +297,19 @@ def test_cifar10_augmentation_crops_and_flips(cifar10_root):
         assert bool(torch.isclose(outs[:, c].reshape(-1, 1), allowed[None]).any(1).all())
 
 
+def test_train_eval_loader_is_the_training_subset_unaugmented_and_in_order(cifar10_root):
+    ld = D.make_loaders("cifar10", 8, root=cifar10_root, download=False, seed=3, subset={"train": 20},
+                        train_eval=True)
+    first = torch.cat([x for x, _ in ld.train_eval])
+    again = torch.cat([x for x, _ in ld.train_eval])
+    assert first.shape == (20, 3, 32, 32) and torch.equal(first, again)  # no random crop or flip
+    plain = get_dataset("cifar10", cifar10_root, "train", download=False, augment=False)
+    picked = ld.train_eval.dataset.indices
+    assert picked == ld.train.dataset.indices  # the same training samples as the training loader
+    assert torch.equal(first[5], plain[picked[5]][0])
+    assert D.make_loaders("cifar10", 8, root=cifar10_root, download=False).train_eval is None
+
+
 def test_cifar100_fine_labels(tmp_path):
     folder = tmp_path / "cifar-100-python"
     folder.mkdir()

@@ -156,6 +156,8 @@ def test_templates_execute_with_defaults(tmp_path):
     ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda'"),
     ({"loss_params": "gamma=2"}, "loss_params must be a JSON object"),
     ({"epoch": 2}, "unknown parameter 'epoch' (did you mean 'epochs'?)"),
+    ({"train_logits": True}, "train_logits=True needs logits_epochs"),
+    ({"record_subset": -5}, "record_subset must be an integer >= 0"),
 ])
 def test_train_template_rejects_bad_parameters(tmp_path, parameters, message):
     with pytest.raises(pm.PapermillExecutionError) as err:

@@ -495,8 +495,10 @@ def test_progress_bar_writes(capsys):
 # ------------------------------------------------------------------------ logits at chosen epochs ---
 
 def _train_eval_loader(ld):
-    # unshuffled and without a generator: an extra pass that draws no random numbers
-    return torch.utils.data.DataLoader(ld.train.dataset, batch_size=64, shuffle=False)
+    # unshuffled, with a generator of its own: a DataLoader without one draws its workers' base seed
+    # from torch's global RNG on every pass, so skipping a pass would change the dropout of later steps
+    return torch.utils.data.DataLoader(ld.train.dataset, batch_size=64, shuffle=False,
+                                       generator=torch.Generator())
 
 
 def test_logits_saved_at_the_chosen_epochs_only(tmp_path):
@@ -555,6 +557,46 @@ def test_no_logits_epochs_records_nothing_new(tmp_path):
     assert "logits_epochs" not in res.settings
     assert "logits_epochs" not in json.loads((tmp_path / "config.json").read_text())["trainer"]
     assert "logits_epochs" not in fio.torch_load(tmp_path / "checkpoint.pt")["settings"]
+
+
+# ------------------------------------------------------------------- records on a subset ---
+
+def test_evaluate_limit_is_the_prefix_of_the_full_pass():
+    ld = _loaders()
+    net = DropoutNet()
+    z, y, _ = T.evaluate(net, ld.val, device="cpu")
+    for limit in (1, 10, 32, 33, 10_000):  # inside a batch, at a batch edge, past the end
+        zl, yl, _ = T.evaluate(net, ld.val, device="cpu", limit=limit)
+        assert torch.equal(yl, y[:limit])
+        # a cut batch is a smaller matrix product: equal up to float32 rounding
+        torch.testing.assert_close(zl, z[:limit], rtol=1e-6, atol=1e-6)
+
+
+def test_record_subset_records_a_prefix_and_keeps_the_training_and_the_saved_logits(tmp_path):
+    ld = _loaders()
+    full = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
+                 epochs=3, seed=2, out_dir=tmp_path / "full", **SGD)
+    ld = _loaders()
+    cut = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
+                train_eval_loader=_train_eval_loader(ld), epochs=3, seed=2, logits_epochs=(2,),
+                record_subset=10, out_dir=tmp_path / "cut", **SGD)
+    n_val, n_test = len(ld.val.dataset), len(ld.test.dataset)
+    # epoch 1 on the first 10 samples; epoch 2 (saved logits) and 3 (the last) on all of them
+    assert [(r["val_n"], r["test_n"]) for r in cut.history] == [(10, 10), (n_val, n_test), (n_val, n_test)]
+    # the train-split pass only where its logits are saved
+    assert ["train_eval_n" in r for r in cut.history] == [False, True, False]
+    # evaluation draws no random number: the same training, the same final logits
+    assert torch.equal(cut.test_logits, full.test_logits) and torch.equal(cut.val_logits, full.val_logits)
+    assert _strip_time(cut.history)[2]["test_nll"] == _strip_time(full.history)[2]["test_nll"]
+    assert cut.settings["record_subset"] == 10 and "record_subset" not in full.settings
+    saved = fio.torch_load(tmp_path / "cut" / "logits_epoch_2.pt")
+    assert saved["val_logits"].shape[0] == n_val and saved["train_logits"].shape[0] == len(ld.train.dataset)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "10"])
+def test_bad_record_subset(value):
+    with pytest.raises(ValueError, match="^record_subset"):
+        TrainSettings(epochs=2, record_subset=value)
 
 
 @pytest.mark.parametrize("value", [(0,), (5,), 3, "12", (1.5,)])

@@ -118,6 +118,9 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
                                    input_shape=tuple(built.input_shape))
     clean = None
     if train_eval:
+        # a generator of its own: without one, every pass would draw the workers' base seed from
+        # torch's global RNG, and the trainer makes this pass at some epochs only
         clean = DataLoader(split_data("train", False), batch_size=ebs, shuffle=False,
-                           num_workers=num_workers, pin_memory=bool(pin_memory))
+                           generator=torch.Generator().manual_seed(int(seed)), num_workers=num_workers,
+                           worker_init_fn=seed_worker if num_workers else None, pin_memory=bool(pin_memory))
     return Loaders(loaders["train"], loaders["val"], loaders["test"], info, clean)
