@@ -45,9 +45,10 @@ def test_profiles_expand_to_unique_valid_runs():
     smoke = sweep.get_profile("smoke").expand()
     assert {r.loss.name for r in smoke} == set(LOSSES)
     assert {r.dataset for r in smoke} == {"gaussian_mixture", "charoenphakdee_1d", "fashion_mnist"}
-    # each loss once (the pair twice) plus the curvature and training-length chapters' runs: short
+    # each loss once (the pair twice) plus the curvature, training-length and Psi chapters' runs
+    # (Psi: three settings x two gammas): short
     assert len(smoke) == (len(LOSSES) + len(sweep.SMOKE_PAIR) + len(sweep.SMOKE_CURVATURE_LOSSES)
-                          + len(sweep.SMOKE_LENGTH_LOSSES))
+                          + len(sweep.SMOKE_LENGTH_LOSSES) + 3 * 2)
 
 
 def test_run_id_depends_on_every_setting():
