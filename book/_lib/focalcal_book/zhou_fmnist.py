@@ -1,0 +1,402 @@
+"""Helpers of ``book/experiments/zhou_fmnist.md``: Zhou et al.'s (2025) Table 1/2 losses trained on
+Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and the figures.
+
+- :data:`ZHOU_TABLE_LOSSES` / :data:`LABELS`: the seven training losses of Zhou et al.'s Table 1,
+  taken from the sweep's constants (:mod:`focalcal.lab.sweep`), in the paper's column order;
+- :func:`select_runs` picks those runs of a sweep, :func:`per_seed` computes one
+  :func:`focalcal.lab.results.released.zhou_row` per run (``T`` fitted on the validation logits,
+  everything measured on the test logits), :func:`spread_table` shows mean and seed range;
+- :func:`competitive` and :func:`lower_than` decide the claims from the per-seed values,
+  :func:`combine` joins several verdicts into one;
+- figures: :func:`aurc_ece_plot` (AURC and E-AURC against ECE, seed ranges as bars) and
+  :func:`reliability_figures` (Zhou et al.'s Fig. 3: one reliability diagram per loss).
+
+All quantities stay fractions here; the page multiplies by 100 where it shows percentages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from focalcal.lab import sweep
+
+__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
+           "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "spread_text", "spread_table",
+           "competitive", "lower_than", "combine", "confidence_direction", "calibration_claim", "aurc_claim", "aurc_ece_plot",
+           "reliability_figures"]
+
+HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
+#: the verdict of a claim whose runs this build lacks
+NOT_RUN = "not run in this build"
+
+# Zhou et al.'s Table 1 columns: XE, FL-53, Inv. FL, Dual, KDE-XE, AURC, AU_{P_X_tau}; the sweep
+# defines each loss once (with its label and parameters), so the page reads the same runs as the
+# other Fashion-MNIST pages.
+_ZHOU_ORDER = ("ce", "flsd53", "inverse_focal", "dual_focal", "kde_xe", "aurc", "selective_risk")
+
+
+def _zhou_losses() -> tuple[sweep.Loss, ...]:
+    by_name = {lo.name: lo for lo in (*sweep.TABLE1_LOSSES, *sweep.ZHOU_LOSSES, *sweep.CLIPPED_LOSSES)}
+    return tuple(by_name[n] for n in _ZHOU_ORDER)
+
+
+#: the seven losses of Zhou et al.'s Table 1, as the sweep defines them
+ZHOU_TABLE_LOSSES: tuple[sweep.Loss, ...] = _zhou_losses()
+#: their display labels (the ``loss_label`` column of a sweep's results)
+LABELS: tuple[str, ...] = tuple(lo.display for lo in ZHOU_TABLE_LOSSES)
+#: Zhou et al.'s own loss and the reference of the AURC claim
+TARGET, BASELINE = LABELS[-1], LABELS[0]
+#: losses the cpu profile trains with the gradient norm clipped (:data:`focalcal.lab.sweep.CLIPPED_LOSSES`)
+CLIPPED_LABELS: frozenset[str] = frozenset(lo.display for lo in sweep.CLIPPED_LOSSES)
+
+
+def loss_parameters(name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every parameter a loss of :data:`focalcal.losses.LOSSES` trains with: its defaults, updated
+    by ``params`` (a run's ``loss_params``); ``reduction`` and ``ignore_index`` left out (the same
+    for every loss). A module's ``repr`` does not show the defaults, so the page reads them here.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a loss of the registry.
+    """
+    import inspect
+
+    from focalcal.losses import LOSSES
+
+    if name not in LOSSES:
+        raise ValueError(f"name must be a loss of focalcal.losses.LOSSES; got {name!r}")
+    sig = inspect.signature(LOSSES[name])
+    out = {k: p.default for k, p in sig.parameters.items()
+           if k not in {"reduction", "ignore_index"} and p.default is not inspect.Parameter.empty}
+    return out | dict(params or {})
+
+
+def select_runs(results: pd.DataFrame, *, dataset: str = "fashion_mnist", model: str = "cnn",
+                labels: Sequence[str] = LABELS) -> pd.DataFrame:
+    """One row per run of ``results`` on ``dataset`` / ``model`` whose loss label is in ``labels``.
+
+    Columns ``run``, ``loss``, ``loss_label``, ``seed``, ``epochs``; rows in the order of
+    ``labels``, then by seed. Other runs with the same label (e.g. the synthetic tasks') are left
+    out by ``dataset`` and ``model``.
+    """
+    from focalcal.lab.results import select_losses
+
+    missing = {"run", "dataset", "model", "loss", "loss_label", "seed", "epochs"} - set(results.columns)
+    if missing:
+        raise ValueError(f"results must be a sweep's results table; it lacks {sorted(missing)}")
+    r, order = select_losses(results[results["model"] == model], dataset, list(labels))
+    runs = r.drop_duplicates("run")[["run", "loss", "loss_label", "seed", "epochs"]]
+    runs = runs.assign(_o=runs["loss_label"].map(order.index)).sort_values(["_o", "seed"], kind="stable")
+    return runs.drop(columns="_o").reset_index(drop=True)
+
+
+def per_seed(out: str | Path, runs: pd.DataFrame, *, n_bins: int = 15) -> pd.DataFrame:
+    """Zhou et al.'s post-hoc quantities of every run in ``runs`` (:func:`select_runs`'s rows).
+
+    Each row is :func:`focalcal.lab.results.released.zhou_row` of the run's test logits with ``T``
+    selected on its validation logits (Mukhoti's grid, equal-width ECE), plus the run's ``run``,
+    ``loss_label``, ``seed``, ``parameters`` (:func:`loss_parameters` of the run's loss, as text;
+    ``"none"`` without any), ``clip_grad_norm`` (NaN: no clipping) and ``confidence_gap`` (test
+    mean confidence minus accuracy, :func:`focalcal_book.released.confidence_gap`; > 0:
+    over-confident). Quantities are fractions.
+    """
+    from focalcal.lab.results import load_run
+    from focalcal.lab.results.released import zhou_row
+    from focalcal_book.released import confidence_gap
+
+    rows = []
+    for r in runs.itertuples(index=False):
+        run_dir = Path(out) / "runs" / r.run
+        run = load_run(run_dir)
+        meta = json.loads((run_dir / "config.json").read_text())
+        clip = meta["trainer"].get("clip_grad_norm")
+        rows.append({"run": r.run, "loss_label": r.loss_label, "seed": int(r.seed),
+                     "parameters": ", ".join(f"{k}={v!r}" for k, v in
+                                             loss_parameters(run.config["loss"], run.loss_params).items())
+                     or "none",
+                     "confidence_gap": confidence_gap(run.test_labels, run.test_logits),
+                     "clip_grad_norm": float("nan") if clip is None else float(clip),
+                     **zhou_row(run.test_logits, run.test_labels, run.val_logits, run.val_labels,
+                                n_bins=n_bins)})
+    return pd.DataFrame(rows)
+
+
+def spread_text(values: Sequence[float] | np.ndarray, *, scale: float = 100.0, digits: int = 2) -> str:
+    """``"1.23 (0.98–1.50)"``: the mean and, in brackets, the range over seeds, times ``scale``
+    (``"1.23 (one seed)"`` for a single value).
+
+    Raises
+    ------
+    ValueError
+        ``values`` is empty.
+    """
+    v = scale * np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ValueError("values must hold at least one value")
+    def fmt(x: float) -> str:  # a true minus sign, so that "−0.10–0.20" reads as a range
+        return f"{x:.{digits}f}".replace("-", "−")
+
+    if v.size == 1:
+        return f"{fmt(v.mean())} (one seed)"
+    return f"{fmt(v.mean())} ({fmt(v.min())}–{fmt(v.max())})"
+
+
+def spread_table(table: pd.DataFrame, columns: Mapping[str, str], *, scale: Mapping[str, float] | None = None,
+                 digits: Mapping[str, int] | None = None) -> pd.DataFrame:
+    """One row per loss of ``table`` (:func:`per_seed`): ``training loss``, ``seeds`` and, per
+    column of ``columns`` (field -> header), :func:`spread_text` of its per-seed values.
+
+    ``scale`` (default 100: percentages) and ``digits`` (default 2) per field.
+    """
+    scale, digits = dict(scale or {}), dict(digits or {})
+    rows = []
+    for label, g in table.groupby("loss_label", sort=False):
+        row = {"training loss": label, "seeds": len(g)}
+        for field, header in columns.items():
+            row[header] = spread_text(g[field].to_numpy(), scale=scale.get(field, 100.0),
+                                      digits=digits.get(field, 2))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _values(table: pd.DataFrame, label: str, column: str) -> np.ndarray:
+    return table.loc[table["loss_label"] == label].sort_values("seed")[column].to_numpy(dtype=float)
+
+
+def competitive(table: pd.DataFrame, column: str, *, target: str = TARGET) -> dict[str, Any]:
+    """Whether ``target``'s ``column`` (lower is better, e.g. ECE) is competitive with the other losses.
+
+    The best other loss is the one with the lowest mean over seeds. The claim **holds** when every
+    seed of ``target`` is at most the worst seed of that loss (``target``'s range lies within the
+    best loss's range or below it), **does not hold** when every seed of ``target`` is above every
+    seed of that loss (the ranges separate), and is **not resolved** otherwise, or with fewer than
+    two seeds on either side. Without ``target``'s runs, or without another loss, it is
+    :data:`NOT_RUN`.
+
+    Returns
+    -------
+    dict
+        ``verdict``, ``best`` (label or None), ``target_values`` and ``best_values`` (per seed,
+        ordered by seed), ``below_baseline`` and ``n_paired``: on how many of the seeds shared
+        with :data:`BASELINE` ``target`` is lower (0 and 0 without the baseline's runs).
+    """
+    if column not in table.columns:
+        raise ValueError(f"column must be a column of table; got {column!r}")
+    labels = list(dict.fromkeys(table["loss_label"]))
+    others = [lab for lab in labels if lab != target]
+    out: dict[str, Any] = {"verdict": NOT_RUN, "best": None, "target_values": _values(table, target, column),
+                           "best_values": np.array([]), "below_baseline": 0, "n_paired": 0}
+    if target not in labels or not others:
+        return out
+    best = min(others, key=lambda lab: float(_values(table, lab, column).mean()))
+    t, b = out["target_values"], _values(table, best, column)
+    out.update(best=best, best_values=b)
+    if BASELINE in labels and target != BASELINE:
+        paired = table.pivot_table(index="seed", columns="loss_label", values=column)[[target, BASELINE]].dropna()
+        out.update(below_baseline=int((paired[target] < paired[BASELINE]).sum()), n_paired=len(paired))
+    if min(t.size, b.size) < 2:
+        out["verdict"] = NOT_RESOLVED
+    elif t.max() <= b.max():
+        out["verdict"] = HOLDS
+    elif t.min() > b.max():
+        out["verdict"] = DOES_NOT_HOLD
+    else:
+        out["verdict"] = NOT_RESOLVED
+    return out
+
+
+def lower_than(table: pd.DataFrame, column: str, *, target: str = TARGET,
+               baseline: str = BASELINE) -> dict[str, Any]:
+    """Whether ``target``'s ``column`` is lower than ``baseline``'s (e.g. a lower AURC), from the seed ranges.
+
+    **Holds** when every seed of ``target`` is below every seed of ``baseline``; **does not hold**
+    when every seed of ``target`` is at or above every seed of ``baseline``; **not resolved** when
+    the ranges overlap otherwise or either side has fewer than two seeds; :data:`NOT_RUN` without
+    the runs of either loss.
+
+    Returns
+    -------
+    dict
+        ``verdict``, ``target_values``, ``baseline_values`` (per seed, ordered by seed),
+        ``lower_paired`` and ``n_paired``: on how many of the shared seeds ``target`` is lower.
+    """
+    if column not in table.columns:
+        raise ValueError(f"column must be a column of table; got {column!r}")
+    t, b = _values(table, target, column), _values(table, baseline, column)
+    out: dict[str, Any] = {"verdict": NOT_RUN, "target_values": t, "baseline_values": b,
+                           "lower_paired": 0, "n_paired": 0}
+    if t.size == 0 or b.size == 0:
+        return out
+    paired = table.pivot_table(index="seed", columns="loss_label", values=column)[[target, baseline]].dropna()
+    out.update(lower_paired=int((paired[target] < paired[baseline]).sum()), n_paired=len(paired))
+    if min(t.size, b.size) < 2:
+        out["verdict"] = NOT_RESOLVED
+    elif t.max() < b.min():
+        out["verdict"] = HOLDS
+    elif t.min() >= b.max():
+        out["verdict"] = DOES_NOT_HOLD
+    else:
+        out["verdict"] = NOT_RESOLVED
+    return out
+
+
+def combine(verdicts: Sequence[str]) -> str:
+    """One verdict from several (one per quantity or score): :data:`NOT_RUN` if any is, else
+    :data:`DOES_NOT_HOLD` if any is, :data:`HOLDS` if all are, else :data:`NOT_RESOLVED`.
+
+    Raises
+    ------
+    ValueError
+        ``verdicts`` is empty or holds an unknown verdict.
+    """
+    known = {HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, NOT_RUN}
+    if not verdicts or set(verdicts) - known:
+        raise ValueError(f"verdicts must be a non-empty sequence of {sorted(known)}; got {list(verdicts)}")
+    for v in (NOT_RUN, DOES_NOT_HOLD):
+        if v in verdicts:
+            return v
+    return HOLDS if all(v == HOLDS for v in verdicts) else NOT_RESOLVED
+
+
+def confidence_direction(table: pd.DataFrame) -> dict[str, list[str]]:
+    """The losses of ``table`` (:func:`per_seed`) whose test ``confidence_gap`` is positive on every
+    seed (``"over"``: over-confident), negative on every seed (``"under"``) or neither (``"mixed"``)."""
+    out: dict[str, list[str]] = {"over": [], "under": [], "mixed": []}
+    for label, g in table.groupby("loss_label", sort=False):
+        gap = g["confidence_gap"].to_numpy(dtype=float)
+        out["over" if (gap > 0).all() else "under" if (gap < 0).all() else "mixed"].append(str(label))
+    return out
+
+
+def _range(values: np.ndarray) -> str:
+    return f"{spread_text(values)} %"
+
+
+def _missing(table: pd.DataFrame, labels: Sequence[str]) -> str:
+    absent = [lab for lab in labels if lab not in set(table["loss_label"])]
+    return " and ".join(absent)
+
+
+def calibration_claim(table: pd.DataFrame, quantities: Mapping[str, str], *,
+                      target: str = TARGET) -> tuple[str, str]:
+    """Claim 1, "the selective-risk loss is competitive in calibration", from :func:`per_seed`'s rows.
+
+    One :func:`competitive` verdict per field of ``quantities`` (field -> name, e.g.
+    ``{"ece_raw": "ECE"}``), joined by :func:`combine`. Returns the verdict and a Markdown bulleted
+    list with one item per quantity: the values (mean and seed range, %), the best other loss, the
+    verdict in bold, and on how many seeds ``target`` is below cross-entropy.
+    """
+    if not quantities:
+        raise ValueError("quantities must name at least one column")
+    verdicts, items = [], []
+    for field, name in quantities.items():
+        c = competitive(table, field, target=target)
+        verdicts.append(c["verdict"])
+        if c["verdict"] == NOT_RUN:
+            lacking = _missing(table, [target]) or "any other loss"
+            items.append(f"- {name}: {NOT_RUN} (no runs of {lacking}).")
+            continue
+        text = (f"- {name}: {target} {_range(c['target_values'])}; the best other loss, {c['best']}, "
+                f"{_range(c['best_values'])}: **{c['verdict']}**.")
+        if c["n_paired"]:
+            text += f" Below {BASELINE}'s {name} on {c['below_baseline']} of {c['n_paired']} seeds."
+        items.append(text)
+    return combine(verdicts), "\n".join(items)
+
+
+def aurc_claim(table: pd.DataFrame, scores: Mapping[str, str], *, prefix: str = "aurc",
+               target: str = TARGET, baseline: str = BASELINE) -> tuple[str, str]:
+    """Claim 2, "the selective-risk loss has a lower AURC than cross-entropy", per confidence score.
+
+    One :func:`lower_than` verdict on the column ``f"{prefix}_{s}"`` per score ``s`` of ``scores``
+    (score -> name), joined by :func:`combine`. Returns the verdict and a Markdown bulleted list:
+    per score the two losses' values (mean and seed range, %), the verdict in bold and the number
+    of seeds on which ``target`` is lower.
+    """
+    if not scores:
+        raise ValueError("scores must name at least one confidence score")
+    verdicts, items = [], []
+    name = {"aurc": "AURC", "eaurc": "E-AURC"}.get(prefix, prefix)
+    for s, score_name in scores.items():
+        c = lower_than(table, f"{prefix}_{s}", target=target, baseline=baseline)
+        verdicts.append(c["verdict"])
+        if c["verdict"] == NOT_RUN:
+            items.append(f"- {name}, {score_name}: {NOT_RUN} (no runs of {_missing(table, [target, baseline])}).")
+            continue
+        items.append(f"- {name}, {score_name}: {target} {_range(c['target_values'])}, {baseline} "
+                     f"{_range(c['baseline_values'])}: **{c['verdict']}**; lower on {c['lower_paired']} "
+                     f"of {c['n_paired']} seeds.")
+    return combine(verdicts), "\n".join(items)
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+# --------------------------------------------------------------------------------------------
+
+def aurc_ece_plot(table: pd.DataFrame, *, score: str = "msp", score_name: str = "MSP"):
+    """AURC (left) and E-AURC (right) under ``score`` against the test ECE, in percent, one marker
+    per loss at the mean over seeds with bars spanning the seeds' range on both axes.
+
+    Colours and line styles per loss: :func:`focalcal.lab.results.figures.loss_styles`.
+    """
+    import matplotlib.pyplot as plt
+
+    from focalcal import plotting
+    from focalcal.lab.results.figures import loss_styles
+
+    for col in ("ece_raw", f"aurc_{score}", f"eaurc_{score}"):
+        if col not in table.columns:
+            raise ValueError(f"table must have the column {col!r} (score={score!r})")
+    labels = list(dict.fromkeys(table["loss_label"]))
+    styles = loss_styles(labels)
+    fig, axes = plt.subplots(1, 2, figsize=(plotting.FIGURE_WIDTH_IN, 3.6), sharex=True)
+    for ax, (col, name) in zip(axes, ((f"aurc_{score}", "AURC"), (f"eaurc_{score}", "E-AURC"))):
+        for lab in labels:
+            g = table[table["loss_label"] == lab]
+            x, y = 100 * g["ece_raw"].to_numpy(), 100 * g[col].to_numpy()
+            c, ls = styles[lab]
+            bars = ax.errorbar(x.mean(), y.mean(), xerr=[[x.mean() - x.min()], [x.max() - x.mean()]],
+                               yerr=[[y.mean() - y.min()], [y.max() - y.mean()]], fmt="o", color=c, ms=6,
+                               elinewidth=1.4, capsize=3, label=lab)
+            bars[-1][0].set_linestyle(ls)
+            bars[-1][1].set_linestyle(ls)
+        ax.set_xlabel("test ECE (%, 15 equal-width bins)")
+        ax.set_ylabel(f"test {name}, {score_name} (%)")
+    handles, names = axes[0].get_legend_handles_labels()
+    ncol = min(4, len(names))
+    fig.legend(handles, names, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, 0.0), fontsize=9)
+    fig.tight_layout(rect=(0, 0.08 * -(-len(names) // ncol), 1, 1))
+    return fig, axes
+
+
+def reliability_figures(out: str | Path, table: pd.DataFrame, *, seed: int = 0, per_row: int = 4,
+                        n_bins: int = 15) -> list[Any]:
+    """Zhou et al.'s Fig. 3 for one seed: a reliability diagram of every loss's test logits (15
+    equal-width bins, :func:`focalcal_book.released.reliability_row`), at most ``per_row`` panels to
+    a figure (rows balanced), so that each stays readable at the book's width. Losses without a run of ``seed`` are
+    left out; returns the figures (none when no loss has one).
+    """
+    from focalcal.lab.results import load_run
+    from focalcal_book.released import reliability_row
+
+    if per_row < 1:
+        raise ValueError(f"per_row must be a positive number of panels; got {per_row}")
+    rows = table[table["seed"] == seed]
+    panels = []
+    for r in rows.itertuples(index=False):
+        run = load_run(Path(out) / "runs" / r.run)
+        panels.append((run.test_labels, run.test_logits, r.loss_label, r.loss_label))
+    # balanced rows (7 panels: 4 + 3, 5: 3 + 2), so that no figure is a lone narrow panel
+    size = -(-len(panels) // -(-len(panels) // per_row)) if panels else per_row
+    figs = []
+    for i in range(0, len(panels), size):
+        fig, _ = reliability_row(panels[i:i + size], n_bins=n_bins)
+        figs.append(fig)
+    return figs

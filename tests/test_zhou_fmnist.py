@@ -1,0 +1,198 @@
+"""The helpers of the Zhou et al. Fashion-MNIST page (``focalcal_book.zhou_fmnist``): which runs it
+reads, the per-seed table, the verdict rules and the figures, on small hand-made inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from focalcal.lab import sweep
+from focalcal.lab.results.released import zhou_row
+from focalcal_book import zhou_fmnist as zf
+
+
+def frame(values: dict[str, list[float]], column: str = "ece_raw") -> pd.DataFrame:
+    """A per-seed table: loss label -> one value per seed (seeds 0, 1, ...)."""
+    return pd.DataFrame([{"loss_label": lab, "seed": s, column: v}
+                         for lab, vs in values.items() for s, v in enumerate(vs)])
+
+
+def test_losses_are_zhou_table1_from_the_sweep_constants():
+    assert zf.LABELS == ("cross-entropy", "FLSD-53", "inverse focal", "dual focal", "KDE-XE", "AURC",
+                         "selective-risk")
+    assert zf.TARGET == "selective-risk" and zf.BASELINE == "cross-entropy"
+    defined = {*sweep.TABLE1_LOSSES, *sweep.ZHOU_LOSSES, *sweep.CLIPPED_LOSSES}
+    assert set(zf.ZHOU_TABLE_LOSSES) <= defined
+    assert {"dual focal", "selective-risk"} <= zf.CLIPPED_LABELS
+
+
+def test_loss_parameters_defaults_and_overrides():
+    p = zf.loss_parameters("selective_risk")
+    assert p["score"] == "msp" and p["coverage"] == 0.9 and p["nu"] == 0.1 and p["n_bins"] == 64
+    assert "reduction" not in p and "ignore_index" not in p
+    assert zf.loss_parameters("dual_focal", {"gamma": 3.0})["gamma"] == 3.0
+    assert zf.loss_parameters("ce") == {}
+    with pytest.raises(ValueError, match="name"):
+        zf.loss_parameters("no_such_loss")
+
+
+def test_select_runs_filters_and_orders():
+    rows = []
+    for lab, loss, ds, model in [("selective-risk", "selective_risk", "fashion_mnist", "cnn"),
+                                 ("cross-entropy", "ce", "fashion_mnist", "cnn"),
+                                 ("cross-entropy", "ce", "gaussian_mixture", "mlp"),
+                                 ("CE", "ce", "fashion_mnist", "cnn"),
+                                 ("AURC", "aurc", "fashion_mnist", "mlp")]:
+        for seed in (1, 0):
+            for method in ("uncalibrated", "TS (NLL)"):  # results have one row per run x method
+                rows.append({"run": f"{ds}-{model}-{lab}-{seed}", "method": method, "dataset": ds, "model": model,
+                             "loss": loss, "loss_label": lab, "seed": seed, "epochs": 18})
+    runs = zf.select_runs(pd.DataFrame(rows))
+    assert list(runs["loss_label"]) == ["cross-entropy"] * 2 + ["selective-risk"] * 2
+    assert list(runs["seed"]) == [0, 1, 0, 1]
+    assert runs["run"].is_unique
+    with pytest.raises(ValueError, match="results"):
+        zf.select_runs(pd.DataFrame({"run": ["a"]}))
+
+
+def test_spread_text():
+    assert zf.spread_text([0.01, 0.03, 0.02]) == "2.00 (1.00–3.00)"
+    assert zf.spread_text([0.5], scale=1.0, digits=1) == "0.5 (one seed)"
+    assert zf.spread_text([-0.01, 0.01]) == "0.00 (−1.00–1.00)"
+    with pytest.raises(ValueError, match="values"):
+        zf.spread_text([])
+
+
+def test_spread_table_one_row_per_loss():
+    t = frame({"cross-entropy": [0.1, 0.2], "AURC": [0.3, 0.5]})
+    out = zf.spread_table(t, {"ece_raw": "ECE (%)"})
+    assert list(out["training loss"]) == ["cross-entropy", "AURC"]
+    assert list(out["seeds"]) == [2, 2]
+    assert out["ECE (%)"].iloc[1] == "40.00 (30.00–50.00)"
+
+
+@pytest.mark.parametrize("target, verdict", [
+    ([0.02, 0.025, 0.03], zf.HOLDS),            # within the best loss's range
+    ([0.005, 0.01, 0.012], zf.HOLDS),           # below it
+    ([0.04, 0.05, 0.06], zf.DOES_NOT_HOLD),     # every seed above the best loss's worst seed
+    ([0.02, 0.03, 0.05], zf.NOT_RESOLVED),      # overlaps, extends above
+])
+def test_competitive_rules(target, verdict):
+    t = frame({"cross-entropy": [0.08, 0.07, 0.09], "FLSD-53": [0.02, 0.03, 0.025], "selective-risk": target})
+    c = zf.competitive(t, "ece_raw")
+    assert c["verdict"] == verdict
+    assert c["best"] == "FLSD-53"
+    assert c["n_paired"] == 3 and c["below_baseline"] == sum(v < b for v, b in zip(target, [0.08, 0.07, 0.09]))
+
+
+def test_competitive_without_runs_or_spread():
+    assert zf.competitive(frame({"cross-entropy": [0.1, 0.2]}), "ece_raw")["verdict"] == zf.NOT_RUN
+    assert zf.competitive(frame({"selective-risk": [0.1, 0.2]}), "ece_raw")["verdict"] == zf.NOT_RUN
+    one = frame({"cross-entropy": [0.2], "selective-risk": [0.1]})
+    assert zf.competitive(one, "ece_raw")["verdict"] == zf.NOT_RESOLVED
+    with pytest.raises(ValueError, match="column"):
+        zf.competitive(one, "nope")
+
+
+@pytest.mark.parametrize("target, verdict, lower", [
+    ([0.01, 0.02], zf.HOLDS, 2),
+    ([0.04, 0.05], zf.DOES_NOT_HOLD, 0),
+    ([0.025, 0.045], zf.NOT_RESOLVED, 1),
+])
+def test_lower_than_rules(target, verdict, lower):
+    t = frame({"cross-entropy": [0.03, 0.04], "selective-risk": target}, "aurc_msp")
+    c = zf.lower_than(t, "aurc_msp")
+    assert (c["verdict"], c["lower_paired"], c["n_paired"]) == (verdict, lower, 2)
+
+
+def test_lower_than_not_run():
+    assert zf.lower_than(frame({"cross-entropy": [0.03, 0.04]}, "aurc_msp"), "aurc_msp")["verdict"] == zf.NOT_RUN
+
+
+def test_combine():
+    assert zf.combine([zf.HOLDS, zf.HOLDS]) == zf.HOLDS
+    assert zf.combine([zf.HOLDS, zf.NOT_RESOLVED]) == zf.NOT_RESOLVED
+    assert zf.combine([zf.HOLDS, zf.DOES_NOT_HOLD, zf.NOT_RESOLVED]) == zf.DOES_NOT_HOLD
+    assert zf.combine([zf.NOT_RUN, zf.DOES_NOT_HOLD]) == zf.NOT_RUN
+    for bad in ([], ["maybe"]):
+        with pytest.raises(ValueError, match="verdicts"):
+            zf.combine(bad)
+
+
+def test_claim_lists():
+    t = frame({"cross-entropy": [0.08, 0.09], "FLSD-53": [0.02, 0.03], "selective-risk": [0.05, 0.06]})
+    t["cwece_raw"] = t["ece_raw"] / 4
+    verdict, items = zf.calibration_claim(t, {"ece_raw": "ECE", "cwece_raw": "cwECE"})
+    assert verdict == zf.DOES_NOT_HOLD
+    assert items.count("\n- ") == 1 and items.startswith("- ECE: selective-risk 5.50 (5.00–6.00) %")
+    assert "FLSD-53" in items and "on 2 of 2 seeds" in items
+    t["aurc_msp"] = t["ece_raw"]
+    verdict, items = zf.aurc_claim(t, {"msp": "MSP"})
+    assert verdict == zf.HOLDS and "**holds**" in items and "lower on 2 of 2 seeds" in items
+    verdict, items = zf.aurc_claim(t[t["loss_label"] != "selective-risk"], {"msp": "MSP"})
+    assert verdict == zf.NOT_RUN and "no runs of selective-risk" in items
+    with pytest.raises(ValueError):
+        zf.aurc_claim(t, {})
+
+
+def test_confidence_direction():
+    t = frame({"cross-entropy": [0.05, 0.02], "FLSD-53": [-0.01, -0.02], "AURC": [0.01, -0.01]}, "confidence_gap")
+    assert zf.confidence_direction(t) == {"over": ["cross-entropy"], "under": ["FLSD-53"], "mixed": ["AURC"]}
+
+
+def fake_run(out: Path, name: str, loss: str, label: str, seed: int, clip: float | None, temp: float) -> None:
+    """A finished run folder as ``load_run`` reads it: logits drawn so that softmax(logits / temp) is
+    the labels' distribution (over-confident for temp > 1)."""
+    g = torch.Generator().manual_seed(seed)
+    d = out / "runs" / name
+    d.mkdir(parents=True)
+    blob = {}
+    for split in ("val", "test"):
+        z = 3 * torch.randn(400, 4, generator=g)
+        blob[f"{split}_logits"] = z
+        blob[f"{split}_labels"] = torch.multinomial(torch.softmax(z / temp, 1), 1, generator=g).squeeze(1)
+    torch.save(blob, d / "logits.pt")
+    (d / "config.json").write_text(json.dumps({
+        "config": {"dataset": "fashion_mnist", "model": "cnn", "loss": loss, "loss_params": "{}", "seed": seed},
+        "trainer": {"clip_grad_norm": clip}}))
+
+
+def test_per_seed_and_figures(tmp_path):
+    specs = [("ce", "cross-entropy", None, 2.0), ("selective_risk", "selective-risk", 2.0, 1.0)]
+    rows = []
+    for loss, label, clip, temp in specs:
+        for seed in (0, 1):
+            name = f"{label}-{seed}"
+            fake_run(tmp_path, name, loss, label, seed, clip, temp)
+            rows.append({"run": name, "loss": loss, "loss_label": label, "seed": seed, "epochs": 1})
+    table = zf.per_seed(tmp_path, pd.DataFrame(rows))
+    assert list(table["loss_label"]) == ["cross-entropy"] * 2 + ["selective-risk"] * 2
+    assert table["parameters"].iloc[0] == "none" and "coverage=0.9" in table["parameters"].iloc[2]
+    assert np.isnan(table["clip_grad_norm"].iloc[0]) and table["clip_grad_norm"].iloc[2] == 2.0
+    assert (table.loc[:1, "confidence_gap"] > 0).all()  # temp 2: over-confident by construction
+    # the row is zhou_row of the test logits with T fitted on the validation logits
+    blob = torch.load(tmp_path / "runs" / "cross-entropy-0" / "logits.pt")
+    expected = zhou_row(blob["test_logits"], blob["test_labels"], blob["val_logits"], blob["val_labels"])
+    for key, value in expected.items():
+        assert table[key].iloc[0] == pytest.approx(value)
+    figs = zf.reliability_figures(tmp_path, table, seed=0, per_row=1)
+    assert len(figs) == 2
+    assert zf.reliability_figures(tmp_path, table, seed=5) == []
+    with pytest.raises(ValueError, match="per_row"):
+        zf.reliability_figures(tmp_path, table, per_row=0)
+    fig, axes = zf.aurc_ece_plot(table)
+    assert len(axes) == 2 and axes[1].get_ylabel().startswith("test E-AURC")
+    with pytest.raises(ValueError, match="score"):
+        zf.aurc_ece_plot(table, score="nope")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
