@@ -1,0 +1,524 @@
+"""When does Psi help? The capacity and data-size sweep of ``book/experiments/psi_capacity.md``.
+
+Charoenphakdee et al. (2021), Sec. 6 (Figs. 4-6), at Fashion-MNIST scale: MLPs of two capacities
+trained with the focal loss at several ``gamma`` (and with label smoothing), on two training-set
+sizes, and the test ECE of each network as it comes out of training ("ECE-raw") and after their
+correction ``Psi^gamma`` with the training ``gamma`` ("ECE-Psi"); the same after TS_FL, the
+temperature that minimises the focal loss with the training ``gamma`` on the validation set
+(:class:`focalcal.posthoc.TemperatureScaling` with ``criterion="focal"``).
+
+- :func:`psi_runs`: the sweep's runs of this chapter, selected by their configuration (the
+  curvature chapter's MLPs carry the same loss labels and are left out);
+- :func:`psi_table`: one row per run with the raw, Psi, TS_FL and TS_FL + Psi test ECE and the
+  network's confidence gap;
+- :func:`best_gammas`, :func:`compare_ranges`, :func:`confidence_classes` and the ``*_claim``
+  functions: what the verdicts decide;
+- :func:`plot_ece_vs_gamma`, :func:`plot_psi_effect`: the figures.
+
+ECE throughout: 15 equal-width bins (the ``ece_width`` column of the results; the paper uses 10),
+as fractions (the page shows percent).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from focalcal.lab.results import apply_calibration, confidence_row, load_run, metric_row, training_gamma
+from focalcal.lab.results.protocol import fit_on_grid
+from focalcal.posthoc import TemperatureScaling
+
+__all__ = ["LOSSES", "HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "psi_runs", "setting_name",
+           "profile_plan", "psi_table",
+           "settings", "roles", "best_gammas", "compare_ranges", "share_verdict", "confidence_classes",
+           "paired_sign",
+           "best_gamma_claim", "psi_gain", "less_effective_claim", "tsfl_claim", "overall",
+           "plot_ece_vs_gamma", "plot_psi_effect"]
+
+#: the training losses of the chapter (``config["loss"]``)
+LOSSES: tuple[str, ...] = ("focal", "label_smoothing")
+HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
+#: the verdict of a comparison whose runs (or networks of the kind it needs) are not in the build
+NOT_RUN = "not run in this build"
+
+
+def _is_curvature_run(run_dir: Path) -> bool:
+    # the curvature chapter's runs measure the Hessian after training: a curvature_samples
+    # setting in the sweep's spec, and a curvature.json beside the logits
+    if (run_dir / "curvature.json").is_file():
+        return True
+    spec = run_dir / "spec.json"
+    return spec.is_file() and bool(json.loads(spec.read_text()).get("train", {}).get("curvature_samples"))
+
+
+def setting_name(hidden: Sequence[int], n_train: int, in_features: int = 784, n_classes: int = 10) -> str:
+    """``"784-64-10 MLP, 4,000 images"``: a network by its layer widths and its training-set size."""
+    widths = "-".join(str(int(w)) for w in (in_features, *hidden, n_classes))
+    return f"{widths} MLP, {int(n_train):,} images"
+
+
+def psi_runs(out: str | Path, results) -> Any:
+    """The runs of ``results`` (a sweep's ``results.csv``) that this chapter reads.
+
+    Fashion-MNIST MLPs trained with a loss of :data:`LOSSES`, without the curvature chapter's
+    runs (a ``curvature_samples`` train setting or a ``curvature.json``), which share the network
+    and the loss labels.
+
+    Returns
+    -------
+    DataFrame
+        One row per run: ``run``, ``loss``, ``loss_label``, ``gamma`` (the focal ``gamma`` of
+        Psi and TS_FL, :func:`focalcal.lab.results.training_gamma`; 0 for label smoothing),
+        ``seed``, ``hidden`` (tuple of widths), ``in_features``, ``n_train`` (training images,
+        from ``config.json``'s data sizes), ``n_params`` (weights and biases of the MLP),
+        ``epochs`` and ``setting`` (:func:`setting_name`).
+    """
+    import pandas as pd
+
+    cols = ["run", "loss", "loss_label", "gamma", "seed", "hidden", "in_features", "n_train", "n_params",
+            "epochs", "setting"]
+    r = results.drop_duplicates("run")
+    r = r[(r["dataset"] == "fashion_mnist") & (r["model"] == "mlp") & r["loss"].isin(LOSSES)]
+    rows = []
+    for rec in r.to_dict("records"):
+        d = Path(out) / "runs" / rec["run"]
+        if _is_curvature_run(d):
+            continue
+        blob = json.loads((d / "config.json").read_text())
+        config = blob["config"]
+        mp = config.get("model_params") or "{}"
+        mp = json.loads(mp) if isinstance(mp, str) else dict(mp)
+        hidden = tuple(int(w) for w in mp.get("hidden", ()))
+        in_features = int(mp.get("in_features", 784))
+        widths = (in_features, *hidden, 10)
+        n_params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+        n_train = int(blob["data"]["train"])
+        lp = config.get("loss_params") or "{}"
+        lp = json.loads(lp) if isinstance(lp, str) else dict(lp)
+        rows.append({"run": rec["run"], "loss": rec["loss"], "loss_label": rec["loss_label"],
+                     "gamma": training_gamma(rec["loss"], lp), "seed": int(rec["seed"]), "hidden": hidden,
+                     "in_features": in_features, "n_train": n_train, "n_params": n_params,
+                     "epochs": int(config["epochs"]), "setting": setting_name(hidden, n_train, in_features)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def profile_plan(profile: str = "cpu") -> dict[str, Any]:
+    """What a sweep profile trains for this chapter (read from :mod:`focalcal.lab.sweep`, so the
+    page can state it without hard-coding it): ``settings`` (:func:`setting_name`, in the
+    profile's order), ``runs``, ``gammas`` (focal), ``ls_alpha`` (label smoothing, or ``None``),
+    ``seeds`` (number) and ``epochs``. Fashion-MNIST MLP runs of :data:`LOSSES` without a
+    ``curvature_samples`` setting, as :func:`psi_runs` selects them.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``profile`` (the message of :func:`focalcal.lab.sweep.get_profile`), or a profile
+        without such runs.
+    """
+    from focalcal.lab import sweep
+
+    runs = [r for r in sweep.get_profile(profile).expand()
+            if r.dataset == "fashion_mnist" and r.model == "mlp" and r.loss.name in LOSSES
+            and not dict(r.train).get("curvature_samples")]
+    if not runs:
+        raise ValueError(f"profile {profile!r} has no runs of the Psi chapter")
+    names = list(dict.fromkeys(setting_name(dict(r.model_params)["hidden"], dict(r.train)["train_subset"])
+                               for r in runs))
+    alphas = [dict(r.loss.params)["alpha"] for r in runs if r.loss.name == "label_smoothing"]
+    return {"settings": names, "runs": len(runs),
+            "gammas": sorted({float(dict(r.loss.params)["gamma"]) for r in runs if r.loss.name == "focal"}),
+            "ls_alpha": float(alphas[0]) if alphas else None, "seeds": len({r.seed for r in runs}),
+            "epochs": int(dict(runs[0].train)["epochs"])}
+
+
+def psi_table(out: str | Path, runs, results) -> Any:
+    """One row per run of ``runs`` (:func:`psi_runs`): the chapter's test-set numbers.
+
+    Columns of ``runs`` plus, on the test set (fractions): ``accuracy``, ``confidence`` (mean top
+    probability of ``softmax(z)``), ``gap`` = confidence - accuracy (negative: under-confident) and ``gap_se``
+    (its standard error over the test images),
+    ``confidence_psi`` and ``gap_psi`` (the same after Psi), ``ece_raw`` and ``ece_psi`` (the
+    "uncalibrated" and "Psi" rows of ``results``, 15 equal-width bins), ``t_fl`` (the TS_FL
+    temperature: the focal loss with the training ``gamma`` minimised on the validation logits),
+    ``ece_tsfl`` and ``ece_tsfl_psi`` (TS_FL's test ECE without and with Psi).
+    """
+    import pandas as pd
+
+    rows = []
+    for rec in runs.to_dict("records"):
+        rr = results[results["run"] == rec["run"]].set_index("method")
+        run = load_run(Path(out) / "runs" / rec["run"])
+        z, y = run.test_logits.double(), run.test_labels
+        raw = confidence_row(y, z)
+        # standard error of the gap: confidence minus correctness, averaged over the test set
+        per_sample = torch.softmax(z, -1).amax(-1) - (z.argmax(-1) == y).double()
+        gap_se = float(per_sample.std() / math.sqrt(per_sample.numel()))
+        psi_lp = apply_calibration(rr.loc["Psi"], z)  # the stored row: Psi with the training gamma
+        conf_psi = float(psi_lp.exp().amax(-1).mean())
+        g = float(rec["gamma"])
+        ts = fit_on_grid(TemperatureScaling("focal", gamma=g), run.val_logits.double(), run.val_labels)
+        tsfl = metric_row(y, ts(z))["ece_width"]
+        ts.set_params(psi=True)  # same temperature, Psi after it (Charoenphakdee's ECE-Psi of TS_FL)
+        tsfl_psi = metric_row(y, ts(z))["ece_width"]
+        rows.append({**rec, "accuracy": raw["accuracy"], "confidence": raw["confidence"],
+                     "gap": raw["confidence"] - raw["accuracy"], "gap_se": gap_se, "confidence_psi": conf_psi,
+                     "gap_psi": conf_psi - raw["accuracy"],
+                     "ece_raw": float(rr.loc["uncalibrated", "ece_width"]),
+                     "ece_psi": float(rr.loc["Psi", "ece_width"]), "t_fl": ts.temperature_,
+                     "ece_tsfl": tsfl, "ece_tsfl_psi": tsfl_psi})
+    return pd.DataFrame(rows)
+
+
+def settings(table) -> Any:
+    """One row per setting of ``table``, ordered by training-set size then network size:
+    ``setting``, ``hidden``, ``n_params``, ``n_train``, ``seeds`` (number), ``gammas`` (tuple)."""
+    import pandas as pd
+
+    focal = table[table["loss"] == "focal"]
+    rows = [{"setting": s, "hidden": g["hidden"].iloc[0], "n_params": int(g["n_params"].iloc[0]),
+             "n_train": int(g["n_train"].iloc[0]), "seeds": int(g["seed"].nunique()),
+             "gammas": tuple(sorted(focal.loc[focal["setting"] == s, "gamma"].unique()))}
+            for s, g in table.groupby("setting", sort=False)]
+    cols = ["setting", "hidden", "n_params", "n_train", "seeds", "gammas"]
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values(["n_train", "n_params"], ascending=[False, True]).reset_index(drop=True)
+
+
+def roles(table) -> dict[str, str | None]:
+    """Which settings the two comparisons of the paper need.
+
+    ``small`` and ``large``: the networks with the fewest and the most parameters at the largest
+    training-set size (the capacity comparison); ``large_small_data``: the largest network at the
+    smallest training-set size (the data comparison, against ``large``). A role is ``None`` when
+    the settings of ``table`` cannot fill it (one network only, or one size only).
+    """
+    s = settings(table)
+    if s.empty:
+        return {"small": None, "large": None, "large_small_data": None}
+    n_max, n_min = s["n_train"].max(), s["n_train"].min()
+    top = s[s["n_train"] == n_max].sort_values("n_params")
+    small = top["setting"].iloc[0] if len(top) > 1 else None
+    large = top["setting"].iloc[-1]
+    big = top["n_params"].iloc[-1]
+    low = s[(s["n_train"] == n_min) & (s["n_params"] == big)]
+    small_data = low["setting"].iloc[0] if n_min < n_max and len(low) else None
+    return {"small": small, "large": large, "large_small_data": small_data}
+
+
+def best_gammas(table, setting: str, column: str = "ece_raw") -> dict[int, float]:
+    """Per seed, the focal ``gamma`` with the least ``column`` in ``setting`` (ties: the smaller
+    ``gamma``). Only focal-loss runs count (label smoothing is no point on the ``gamma`` axis)."""
+    t = table[(table["setting"] == setting) & (table["loss"] == "focal")]
+    out = {}
+    for seed, g in t.groupby("seed"):
+        g = g.sort_values(["gamma"])
+        out[int(seed)] = float(g["gamma"].iloc[int(np.argmin(g[column].to_numpy()))])
+    return out
+
+
+def compare_ranges(lower: Sequence[float], higher: Sequence[float]) -> str:
+    """Whether the values ``higher`` exceed the values ``lower``, decided from the seeds' ranges.
+
+    :data:`HOLDS` when every value of ``higher`` is above every value of ``lower``;
+    :data:`DOES_NOT_HOLD` when every value of ``higher`` is at most every value of ``lower``
+    (the ranges separate the other way or coincide at one value); :data:`NOT_RESOLVED` when the
+    ranges overlap otherwise, or when either side has fewer than two seeds (no spread to judge).
+
+    Raises
+    ------
+    ValueError
+        ``lower`` or ``higher`` is empty.
+    """
+    a, b = np.asarray(lower, dtype=float), np.asarray(higher, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("lower and higher must hold at least one value each")
+    if min(a.size, b.size) < 2:
+        return NOT_RESOLVED
+    if b.min() > a.max():
+        return HOLDS
+    if b.max() <= a.min():
+        return DOES_NOT_HOLD
+    return NOT_RESOLVED
+
+
+def paired_sign(differences: Sequence[float]) -> str:
+    """:data:`HOLDS` when every paired difference is negative, :data:`DOES_NOT_HOLD` when every
+    one is positive, :data:`NOT_RESOLVED` otherwise or with fewer than two.
+
+    Raises
+    ------
+    ValueError
+        ``differences`` is empty.
+    """
+    d = np.asarray(differences, dtype=float)
+    if d.size == 0:
+        raise ValueError("differences must hold at least one value")
+    if d.size < 2:
+        return NOT_RESOLVED
+    if np.all(d < 0):
+        return HOLDS
+    if np.all(d > 0):
+        return DOES_NOT_HOLD
+    return NOT_RESOLVED
+
+
+def share_verdict(hits: int, n: int) -> str:
+    """:data:`HOLDS` when all of ``n >= 2`` cases agree (``hits == n``), :data:`DOES_NOT_HOLD`
+    when at most half do, :data:`NOT_RESOLVED` otherwise or with fewer than two cases.
+
+    Raises
+    ------
+    ValueError
+        ``hits`` outside ``[0, n]``.
+    """
+    if not 0 <= hits <= n:
+        raise ValueError(f"hits must lie in [0, n], got hits={hits}, n={n}")
+    if n < 2:
+        return NOT_RESOLVED
+    if hits == n:
+        return HOLDS
+    return DOES_NOT_HOLD if hits <= n / 2 else NOT_RESOLVED
+
+
+def confidence_classes(gap: Sequence[float], gap_se: Sequence[float], change: Sequence[float],
+                       seeds: Sequence[int], *, z: float = 2.0) -> dict[str, Any]:
+    """Does the confidence gap say whether Psi helps?
+
+    Psi raises the top probability (it undoes the focal loss's under-confidence), so it should
+    lower the ECE of an under-confident network and can raise that of one that is calibrated
+    already or over-confident. A network counts as under-confident when its gap
+    (confidence - accuracy) lies more than ``z`` standard errors below zero (``gap_se``: the
+    standard error of the mean of confidence minus correctness over the test set), else as
+    calibrated or over-confident. ``change`` is the test ECE after Psi minus before, per network;
+    ``seeds`` the network's seed (with fewer than two seeds in all, no verdict is resolved: one
+    seed shows no spread).
+
+    Returns
+    -------
+    dict
+        ``under`` (number of under-confident networks), ``under_helped`` (of them, Psi lowered
+        the ECE), ``rest`` (calibrated or over-confident), ``rest_hurt`` (of them, Psi raised the
+        ECE), their verdicts ``under_verdict`` and ``rest_verdict`` (:func:`share_verdict`;
+        :data:`NOT_RUN` where there is no such network) and ``verdict`` (:func:`overall` of the two).
+
+    Raises
+    ------
+    ValueError
+        The three sequences differ in length, or ``z <= 0``.
+    """
+    g, se, c, sd = (np.asarray(v, dtype=float) for v in (gap, gap_se, change, seeds))
+    if not g.shape == se.shape == c.shape == sd.shape:
+        raise ValueError(f"gap, gap_se, change and seeds must have the same length, got {g.size}, "
+                         f"{se.size}, {c.size} and {sd.size}")
+    if not z > 0:
+        raise ValueError(f"z must be > 0, got {z}")
+    under = g < -z * se
+    out = {"under": int(under.sum()), "under_helped": int(np.sum(under & (c < 0))),
+           "rest": int((~under).sum()), "rest_hurt": int(np.sum(~under & (c > 0)))}
+    one_seed = np.unique(sd).size < 2
+
+    def verdict(hits: int, n: int) -> str:
+        return NOT_RUN if n == 0 else NOT_RESOLVED if one_seed else share_verdict(hits, n)
+
+    out["under_verdict"] = verdict(out["under_helped"], out["under"])
+    out["rest_verdict"] = verdict(out["rest_hurt"], out["rest"])
+    out["verdict"] = overall([out["under_verdict"], out["rest_verdict"]])
+    return out
+
+
+def _gamma_axis(ax, gammas: Sequence[float], with_ls: bool) -> float:
+    # categorical gamma axis (the paper's box plots), label smoothing one slot to the right
+    ticks = list(range(len(gammas))) + ([len(gammas) + 0.3] if with_ls else [])
+    labels = [f"{g:g}" for g in gammas] + (["LS"] if with_ls else [])
+    ax.set_xticks(ticks, labels)
+    ax.set_xlabel(r"training $\gamma$" + (" (LS: label smoothing)" if with_ls else ""))
+    return len(gammas) + 0.3
+
+
+def plot_ece_vs_gamma(table, order: Sequence[str], pairs: Sequence[tuple[str, str, str]]):
+    """One panel per setting in ``order``: test ECE (%) against the training ``gamma``, one point
+    per seed and a line through the means, for each ``(column, label, colour key)`` of ``pairs``
+    (e.g. raw and Psi, their Fig. 5; TS_FL and TS_FL + Psi, their Fig. 6). Label smoothing runs
+    (``gamma = 0``, no Psi) are drawn at an extra slot "LS" with the first pair's style.
+
+    Returns
+    -------
+    Figure
+    """
+    import matplotlib.pyplot as plt
+
+    from focalcal.plotting import FIGURE_WIDTH_IN, color
+
+    n = len(order)
+    fig, axes = plt.subplots(1, n, figsize=(min(FIGURE_WIDTH_IN, 2.9 * n), 3.3), squeeze=False,
+                             sharey=True)
+    offsets = np.linspace(-0.12, 0.12, len(pairs))
+    markers = ("o", "s", "^", "D")
+    for ax, s in zip(axes[0], order):
+        t = table[table["setting"] == s]
+        focal = t[t["loss"] == "focal"]
+        gammas = sorted(focal["gamma"].unique())
+        ls = t[t["loss"] == "label_smoothing"]
+        x_ls = _gamma_axis(ax, gammas, with_ls=len(ls) > 0)
+        for k, (col, label, key) in enumerate(pairs):
+            c = color(key)
+            means = [100 * focal.loc[focal["gamma"] == g, col].mean() for g in gammas]
+            ax.plot(np.arange(len(gammas)) + offsets[k], means, color=c, lw=1.2, label=label)
+            for i, g in enumerate(gammas):
+                v = 100 * focal.loc[focal["gamma"] == g, col].to_numpy()
+                ax.scatter(np.full(v.size, i + offsets[k]), v, color=c, marker=markers[k % 4], s=22,
+                           zorder=3)
+            if len(ls) and k == 0:
+                ax.scatter(np.full(len(ls), x_ls), 100 * ls[col].to_numpy(), color=color("label smoothing"),
+                           marker="*", s=50, zorder=3, label="label smoothing (raw)")
+        ax.set_title(s.replace(" MLP, ", " MLP\n"), fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test ECE (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=9)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def plot_psi_effect(table, order: Sequence[str]):
+    """Psi's change of the test ECE (percentage points, negative: Psi helps) against the raw
+    confidence gap (confidence - accuracy, percentage points), one point per focal run with
+    ``gamma > 0``, one marker per setting in ``order``, coloured by ``gamma``.
+
+    Returns
+    -------
+    Figure
+    """
+    import matplotlib.pyplot as plt
+
+    from focalcal.plotting import FIGURE_WIDTH_IN, gamma_colors
+
+    t = table[(table["loss"] == "focal") & (table["gamma"] > 0)]
+    gammas = sorted(t["gamma"].unique())
+    cols = dict(zip(gammas, gamma_colors(gammas)))
+    fig, ax = plt.subplots(figsize=(min(FIGURE_WIDTH_IN, 7.2), 3.8))
+    markers = ("o", "s", "^", "D", "v")
+    for k, s in enumerate(order):
+        ts = t[t["setting"] == s]
+        ax.scatter(100 * ts["gap"], 100 * (ts["ece_psi"] - ts["ece_raw"]),
+                   c=[cols[g] for g in ts["gamma"]], marker=markers[k % len(markers)], s=34,
+                   edgecolors="black", linewidths=0.4)
+        # the setting's legend entry: its marker alone (the colour is gamma's)
+        ax.scatter([], [], marker=markers[k % len(markers)], s=34, facecolors="white",
+                   edgecolors="black", linewidths=0.8, label=s)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel(r"raw confidence $-$ accuracy (percentage points)")
+    ax.set_ylabel(r"ECE after $\Psi$ $-$ raw ECE (pp)")
+    for g in gammas:
+        ax.scatter([], [], color=cols[g], marker="o", s=30, label=rf"$\gamma$ = {g:g}")
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _seed_list(values: dict[int, float], fmt: str = "g") -> str:
+    return ", ".join(f"seed {s}: {format(v, fmt)}" for s, v in sorted(values.items()))
+
+
+def best_gamma_claim(table, lower: str | None, higher: str | None, column: str = "ece_raw") -> dict[str, Any]:
+    """The paper's "the best ``gamma`` increases" from setting ``lower`` to setting ``higher``.
+
+    The best ``gamma`` of each seed (:func:`best_gammas`) in both settings, decided by
+    :func:`compare_ranges`. Returns ``verdict`` and ``text`` (Markdown: the per-seed best
+    ``gamma`` of both settings and the verdict); with a setting missing (``None``, or no focal runs)
+    the verdict is :data:`NOT_RUN`.
+    """
+    if lower is None or higher is None:
+        return {"verdict": NOT_RUN,
+                "text": "The two settings this comparison needs were not both run in this build."}
+    a, b = best_gammas(table, lower, column), best_gammas(table, higher, column)
+    if not a or not b:
+        return {"verdict": NOT_RUN,
+                "text": "The focal-loss runs this comparison needs were not run in this build."}
+    verdict = compare_ranges(list(a.values()), list(b.values()))
+    why = {HOLDS: "every seed's best $\\gamma$ there is above every seed's best $\\gamma$ in the first",
+           DOES_NOT_HOLD: "no seed's best $\\gamma$ there is above any seed's best $\\gamma$ in the first",
+           NOT_RESOLVED: ("one seed cannot show a spread" if min(len(a), len(b)) < 2 else
+                          "the seeds' best $\\gamma$ overlap")}[verdict]
+    text = (f"Best $\\gamma$ (least test ECE) in {lower}: {_seed_list(a)}; in {higher}: {_seed_list(b)}. "
+            f"**{verdict.capitalize()}**: {why}.")
+    return {"verdict": verdict, "text": text, "lower": a, "higher": b}
+
+
+def psi_gain(table, setting: str) -> dict[int, float]:
+    """Per seed, the mean over ``gamma > 0`` of raw ECE minus ECE after Psi in ``setting``
+    (positive: Psi helps), in fractions."""
+    t = table[(table["setting"] == setting) & (table["loss"] == "focal") & (table["gamma"] > 0)]
+    return {int(s): float((g["ece_raw"] - g["ece_psi"]).mean()) for s, g in t.groupby("seed")}
+
+
+def less_effective_claim(table, more: str | None, less: str | None) -> dict[str, Any]:
+    """"Psi becomes less effective" from setting ``more`` to setting ``less``: Psi's gain
+    (:func:`psi_gain`) of every seed in ``less`` below every seed's in ``more``
+    (:func:`compare_ranges`). Returns ``verdict`` and ``text`` (Markdown, gains in percentage
+    points)."""
+    if more is None or less is None:
+        return {"verdict": NOT_RUN,
+                "text": "The two settings this comparison needs were not both run in this build."}
+    a, b = psi_gain(table, more), psi_gain(table, less)
+    if not a or not b:
+        return {"verdict": NOT_RUN,
+                "text": "No focal-loss run with $\\gamma > 0$ in one of the two settings."}
+    verdict = compare_ranges(list(b.values()), list(a.values()))
+    pp = {k: {s: 100 * v for s, v in d.items()} for k, d in (("a", a), ("b", b))}
+    text = (f"$\\Psi$'s gain (raw ECE minus ECE after $\\Psi$, mean over $\\gamma > 0$, percentage points) in "
+            f"{more}: {_seed_list(pp['a'], '.2f')}; in {less}: {_seed_list(pp['b'], '.2f')}. "
+            f"**{verdict.capitalize()}**.")
+    return {"verdict": verdict, "text": text}
+
+
+def tsfl_claim(table, setting: str) -> dict[str, Any]:
+    """Their Fig. 6 in one ``setting``: under TS_FL a larger ``gamma`` worsens the raw ECE
+    (``worsens``: the largest ``gamma``'s ECE of every seed above ``gamma = 0``'s of every seed,
+    :func:`compare_ranges`), and Psi mitigates it (``mitigates``: TS_FL + Psi below TS_FL for
+    every focal run with ``gamma > 0``, :func:`paired_sign`). Returns both verdicts and ``text``."""
+    t = table[(table["setting"] == setting) & (table["loss"] == "focal")]
+    gammas = sorted(t["gamma"].unique())
+    if len(gammas) < 2 or gammas[0] != 0.0:
+        return {"worsens": NOT_RUN, "mitigates": NOT_RUN,
+                "text": f"{setting}: $\\gamma = 0$ and a larger $\\gamma$ were not both run."}
+    g0 = t.loc[t["gamma"] == 0.0, "ece_tsfl"].to_numpy()
+    gmax = t.loc[t["gamma"] == gammas[-1], "ece_tsfl"].to_numpy()
+    pos = t[t["gamma"] > 0]
+    diff = (pos["ece_tsfl_psi"] - pos["ece_tsfl"]).to_numpy()
+    worsens, mitigates = compare_ranges(g0, gmax), paired_sign(diff)
+    rng = (lambda v: f"{100 * v.min():.2f} to {100 * v.max():.2f} %" if v.size > 1 else f"{100 * v[0]:.2f} %")
+    change = (f"{100 * diff[0]:+.2f} pp" if diff.size == 1 else
+              f"{100 * diff.min():+.2f} to {100 * diff.max():+.2f} pp")
+    text = (f"{setting}: TS$_{{FL}}$'s ECE at $\\gamma = 0$ {rng(g0)}, at $\\gamma = {gammas[-1]:g}$ "
+            f"{rng(gmax)} (larger $\\gamma$ worse: **{worsens}**); $\\Psi$ lowers TS$_{{FL}}$'s ECE in "
+            f"{int(np.sum(diff < 0))} of {diff.size} runs with $\\gamma > 0$ (change {change}; "
+            f"$\\Psi$ mitigates: **{mitigates}**).")
+    return {"worsens": worsens, "mitigates": mitigates, "text": text}
+
+
+def overall(verdicts: Sequence[str]) -> str:
+    """One verdict for a claim made of parts (several settings, or two halves), all of which
+    must hold: :data:`NOT_RUN` if no part was run; else :data:`DOES_NOT_HOLD` if any part
+    does not hold, :data:`HOLDS` if every part that was run holds, :data:`NOT_RESOLVED` otherwise."""
+    run = [v for v in verdicts if v != NOT_RUN]
+    if not run:
+        return NOT_RUN
+    if DOES_NOT_HOLD in run:
+        return DOES_NOT_HOLD
+    if all(v == HOLDS for v in run):
+        return HOLDS
+    return NOT_RESOLVED
