@@ -376,7 +376,7 @@ def plot_ece_vs_gamma(table, order: Sequence[str], pairs: Sequence[tuple[str, st
                            zorder=3)
             if len(ls) and k == 0:
                 ax.scatter(np.full(len(ls), x_ls), 100 * ls[col].to_numpy(), color=color("label smoothing"),
-                           marker="*", s=50, zorder=3, label="label smoothing (raw)")
+                           marker="*", s=50, zorder=3, label=f"label smoothing ({label})")
         ax.set_title(s.replace(" MLP, ", " MLP\n"), fontsize=10)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test ECE (%)")
@@ -386,6 +386,9 @@ def plot_ece_vs_gamma(table, order: Sequence[str], pairs: Sequence[tuple[str, st
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
+    # the pairs first, label smoothing last
+    keep = sorted(range(len(labels)), key=lambda i: labels[i].startswith("label smoothing"))
+    handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
