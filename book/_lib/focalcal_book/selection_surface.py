@@ -1,0 +1,326 @@
+r"""Komisarenko & Kull (2024) on the Fashion-MNIST runs: the verdicts on their Table 1's trends, and
+their Fig. 8 from one network, the ``(gamma_ev, T)`` selection surface of focal temperature scaling
+and the path of their "3m" line search over it.
+
+Focal TS selects the pair ``(gamma_ev, T)`` of ``focal_map(softmax(z / T), gamma_ev)`` that
+minimises a criterion (validation ECE or NLL). K&K search the whole grid, plot the best ``T`` for
+each ``gamma_ev`` (their Fig. 8: close to a line) and propose, without testing it, a cheaper search
+along that line (Sec. 5.2): ``2m`` evaluations to find the best ``T`` at two anchor gammas, then
+``m`` along the line through the two anchor pairs. Both searches are
+:class:`focalcal.posthoc.FocalTemperatureScaling` (``search="grid"`` and ``search="line"``); this
+module only runs them on the same grid, keeps what a figure needs, and draws it.
+
+Conventions: scores are the library's (ECE as a fraction, NLL in nats), smaller is better; a pair
+is ``(gamma_ev, T, score)``. Verdicts are decided from per-seed values: a claim **holds** only
+where the seed ranges (or every seed) agree with it, and is **not resolved at this scale** where
+they overlap or a loss has fewer than two seeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from focalcal.lab.results.protocol import fit_on_grid, temperature_grid
+from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling
+
+__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "trend", "paired_lower", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_LABELS", "SelectionSurface",
+           "selection_surface", "plot_selection_surfaces"]
+
+HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
+NOT_RUN = "not run in this build"
+
+
+def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict[str, Any]:
+    """Whether a quantity moves one way along an ordered family (e.g. focal losses by ``gamma_tr``).
+
+    Parameters
+    ----------
+    values : sequence of 1-D array-likes
+        Per level of the family, in order, the per-seed values.
+    decreasing : bool
+        The claimed direction.
+
+    Returns
+    -------
+    dict
+        ``verdict``: **holds** when at every step from one level to the next the seed ranges
+        separate in the claimed direction, **does not hold** when at some step they separate the
+        other way, **not resolved at this scale** otherwise or when a level has fewer than two
+        seeds, :data:`NOT_RUN` with fewer than two levels. ``steps``: per step ``"down"``,
+        ``"up"`` or ``"overlap"``. ``ends``: the same for the first against the last level.
+        ``means``: the mean per level.
+
+    Raises
+    ------
+    ValueError
+        A level of ``values`` is empty.
+    """
+    levels = [np.asarray(v, dtype=float).ravel() for v in values]
+    if any(v.size == 0 for v in levels):
+        raise ValueError("values must hold at least one value per level")
+
+    def step(a: np.ndarray, b: np.ndarray) -> str:
+        return "down" if b.max() < a.min() else "up" if b.min() > a.max() else "overlap"
+
+    out: dict[str, Any] = {"verdict": NOT_RUN, "steps": [step(a, b) for a, b in zip(levels, levels[1:])],
+                           "ends": step(levels[0], levels[-1]) if len(levels) > 1 else "overlap",
+                           "means": [float(v.mean()) for v in levels]}
+    if len(levels) < 2:
+        return out
+    claimed, other = ("down", "up") if decreasing else ("up", "down")
+    if min(v.size for v in levels) < 2:
+        out["verdict"] = NOT_RESOLVED
+    elif all(s == claimed for s in out["steps"]):
+        out["verdict"] = HOLDS
+    elif other in out["steps"]:
+        out["verdict"] = DOES_NOT_HOLD
+    else:
+        out["verdict"] = NOT_RESOLVED
+    return out
+
+
+def paired_lower(results, method: str, baseline: str, column: str = "ece_mass"):
+    """Per loss, whether ``method``'s ``column`` is below ``baseline``'s on every seed (same run).
+
+    Parameters
+    ----------
+    results : DataFrame
+        :func:`focalcal.lab.results.load_results`' rows (one per run x method).
+    method, baseline : str
+        Methods of :data:`focalcal.lab.results.METHODS`, e.g. ``"focal TS (ECE)"`` and ``"TS (ECE)"``.
+    column : str
+        A metric column; lower is better.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by ``loss_label`` (order of appearance): ``seeds``, ``lower`` (seeds where
+        ``method`` is lower), ``min_diff`` and ``max_diff`` (``method - baseline`` over seeds) and
+        ``verdict``: **holds** when every seed is lower, **does not hold** when none is,
+        **not resolved at this scale** otherwise or with fewer than two seeds.
+    """
+    import pandas as pd
+
+    if column not in results.columns:
+        raise ValueError(f"column must be a column of results; got {column!r}")
+    wide = results[results["method"].isin([method, baseline])].pivot_table(
+        index=["loss_label", "seed"], columns="method", values=column, sort=False)
+    rows = []
+    for label, g in wide.groupby(level="loss_label", sort=False):
+        if method not in g or baseline not in g:
+            continue
+        d = (g[method] - g[baseline]).dropna().to_numpy()
+        if not d.size:
+            continue
+        lower = int((d < 0).sum())
+        verdict = (NOT_RESOLVED if d.size < 2 else HOLDS if lower == d.size
+                   else DOES_NOT_HOLD if lower == 0 else NOT_RESOLVED)
+        rows.append({"loss_label": label, "seeds": int(d.size), "lower": lower, "min_diff": float(d.min()),
+                     "max_diff": float(d.max()), "verdict": verdict})
+    return pd.DataFrame(rows, columns=["loss_label", "seeds", "lower", "min_diff", "max_diff", "verdict"]
+                        ).set_index("loss_label")
+
+
+#: the surface's gamma_ev grid: K&K's nine values (Sec. 5.1) and every multiple of 0.5 in their
+#: range [-0.5, 5], so that the heat map has rows between their sparse values above 1 (17 in all;
+#: a 0.25 step, 25 rows, made the exact ECE surface take half as long again)
+SURFACE_GAMMAS: tuple[float, ...] = tuple(sorted(set(KK_GAMMAS) | {-0.5 + 0.5 * k for k in range(12)}))
+#: the surface's temperatures: 0.05, 0.10, ..., 5 (K&K's range at a fifth of their 0.01 step, so
+#: that the exact score of every cell, which the heat map needs, takes seconds on 2 cores)
+SURFACE_TEMPERATURES: tuple[float, ...] = temperature_grid(100, 5.0)
+#: criterion -> (axis label, factor applied to the scores when drawn)
+CRITERION_LABELS: dict[str, tuple[str, float]] = {
+    "ece_mass": ("validation ECE, 15 equal-mass bins (%)", 100.0),
+    "ece": ("validation ECE, 15 equal-width bins (%)", 100.0),
+    "nll": ("validation NLL (nats)", 1.0),
+}
+
+
+@dataclass(frozen=True)
+class SelectionSurface:
+    """The grid and line searches of focal TS on one fitting set (see :func:`selection_surface`).
+
+    Attributes
+    ----------
+    criterion : str
+        One of :data:`focalcal.posthoc.FTS_CRITERIA`.
+    gammas : ndarray, shape (G,)
+    temperatures : ndarray, shape (M,)
+    scores : ndarray, shape (G, M)
+        The exact criterion of every grid pair, ``scores[i, j]`` at ``(gammas[i], temperatures[j])``.
+    grid_pick : ndarray, shape (3,)
+        ``(gamma_ev, T, score)`` selected by the full grid search.
+    best_t : ndarray, shape (G,)
+        For each gamma the grid temperature of least score (K&K's Fig. 8 curve).
+    anchors : ndarray, shape (2, 3)
+        The line search's two anchor pairs ``(g, T, score)``: the best ``T`` at each anchor gamma.
+    line : (float, float)
+        Intercept and slope of the line search's ``T(gamma) = intercept + slope * gamma``.
+    line_pairs : ndarray, shape (M, 3)
+        The ``m`` pairs evaluated along the line (``T`` clipped to the temperature range).
+    line_pick : ndarray, shape (3,)
+        ``(gamma_ev, T, score)`` selected by the line search (best of its ``3m`` pairs).
+    seconds : float
+        Wall time of both searches and the exact surface.
+    """
+
+    criterion: str
+    gammas: np.ndarray
+    temperatures: np.ndarray
+    scores: np.ndarray
+    grid_pick: np.ndarray
+    best_t: np.ndarray
+    anchors: np.ndarray
+    line: tuple[float, float]
+    line_pairs: np.ndarray
+    line_pick: np.ndarray
+    seconds: float
+
+    @property
+    def gap(self) -> float:
+        """Line search's score minus the grid's (``> 0``: the line search missed the grid optimum;
+        ``< 0`` is possible, its gammas along the line need not be grid gammas)."""
+        return float(self.line_pick[2] - self.grid_pick[2])
+
+    @property
+    def same_pair(self) -> bool:
+        """Whether both searches selected the same ``(gamma_ev, T)``."""
+        return bool(np.allclose(self.line_pick[:2], self.grid_pick[:2], rtol=0, atol=1e-9))
+
+    @property
+    def n_grid(self) -> int:
+        """Pairs of the full grid (``G * M``)."""
+        return int(self.scores.size)
+
+    @property
+    def n_line(self) -> int:
+        """Pairs the line search evaluates (``3m``)."""
+        return 2 * len(self.temperatures) + len(self.line_pairs)
+
+
+def selection_surface(logits: Any, labels: Any, *, criterion: str = "ece_mass",
+                      gammas: Sequence[float] = SURFACE_GAMMAS,
+                      temperatures: Sequence[float] = SURFACE_TEMPERATURES,
+                      line_gammas: tuple[float, float] = (0.0, 1.0), n_bins: int = 15) -> SelectionSurface:
+    """Run focal TS's full grid search and its 3m line search on the same grid.
+
+    Parameters
+    ----------
+    logits : Tensor, shape (N, K)
+        Logits of the fitting (validation) set.
+    labels : Tensor, shape (N,)
+    criterion : {"ece_mass", "ece", "nll"}
+        The selection criterion (K&K's Fig. 8: ``"ece_mass"``).
+    gammas, temperatures : sequence of float
+        The grid (``gamma > -1``, ``T > 0``); the line search's ``m`` is ``len(temperatures)`` and
+        its line gammas span ``[min(gammas), max(gammas)]``.
+    line_gammas : (float, float)
+        The line search's anchors (the library's default: TS, ``gamma = 0``, and ``gamma = 1``).
+    n_bins : int
+        Bins of the ECE criteria.
+
+    Returns
+    -------
+    SelectionSurface
+
+    Raises
+    ------
+    ValueError
+        A bad ``criterion``, ``gammas`` or ``temperatures`` not strictly increasing, or any
+        argument :class:`~focalcal.posthoc.FocalTemperatureScaling` rejects; named in the message.
+    """
+    if criterion not in FTS_CRITERIA:
+        raise ValueError(f"criterion must be one of {', '.join(FTS_CRITERIA)}; got {criterion!r}")
+    g, t = np.asarray(gammas, dtype=float), np.asarray(temperatures, dtype=float)
+    for name, grid_values in (("gammas", g), ("temperatures", t)):
+        # the heat map's cells need an increasing grid
+        if grid_values.ndim != 1 or len(grid_values) < 2 or not (np.diff(grid_values) > 0).all():
+            raise ValueError(f"{name} must be a strictly increasing 1-D sequence of at least two values")
+    start = time.perf_counter()
+    # method="exact": the heat map needs every score anyway, which a fast fit would compute again
+    common = {"criterion": criterion, "n_bins": n_bins, "method": "exact"}
+    grid = fit_on_grid(FocalTemperatureScaling(gammas, temperatures, **common), logits, labels)
+    line = fit_on_grid(FocalTemperatureScaling(gammas, temperatures, search="line", line_gammas=line_gammas,
+                                               **common), logits, labels)
+    scores = grid.scores_.numpy()          # exact scores of every pair of every pair
+    cands = line.candidates_.numpy()       # the 2m anchor scans, then the m line pairs
+    seconds = time.perf_counter() - start
+    m = len(t)
+    intercept, slope = line.line_
+    anchors = []
+    for k, g_k in enumerate(line_gammas):
+        scan = cands[k * m:(k + 1) * m]
+        t_k = intercept + slope * g_k      # the anchor's best T, as the library put it on the line
+        anchors.append(scan[np.abs(scan[:, 1] - t_k).argmin()])
+    return SelectionSurface(
+        criterion=criterion, gammas=g, temperatures=t, scores=scores,
+        grid_pick=np.array([grid.gamma_ev_, grid.temperature_, grid.best_score_]),
+        best_t=t[scores.argmin(axis=1)], anchors=np.stack(anchors), line=(float(intercept), float(slope)),
+        line_pairs=cands[2 * m:], line_pick=np.array([line.gamma_ev_, line.temperature_, line.best_score_]),
+        seconds=seconds)
+
+
+def _edges(centres: np.ndarray) -> np.ndarray:
+    """Cell edges of a heat map with (possibly uneven) ``centres``: midpoints, ends mirrored."""
+    mid = (centres[1:] + centres[:-1]) / 2
+    return np.concatenate([[2 * centres[0] - mid[0]], mid, [2 * centres[-1] - mid[-1]]])
+
+
+def plot_selection_surfaces(surfaces: Sequence[SelectionSurface], *, title: str = ""):
+    """One heat map per surface: the criterion over ``(gamma_ev, T)`` with both searches on it.
+
+    Drawn on each: the best ``T`` per ``gamma_ev`` (K&K's Fig. 8), the line search's two anchor
+    pairs, its line and the ``m`` pairs along it, the pair it selected, and the grid's selection.
+    The colour scale is logarithmic and saturates at the median score, so that the valley around
+    the optimum stays visible next to the steep walls at small and large ``T``.
+
+    Returns
+    -------
+    (Figure, 1-D array of Axes)
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    from focalcal.plotting import FIGURE_WIDTH_IN, color
+
+    if not surfaces:
+        raise ValueError("surfaces must name at least one SelectionSurface")
+    n = len(surfaces)
+    fig, axes = plt.subplots(1, n, figsize=(min(FIGURE_WIDTH_IN, 4.2 * n), 4.6), squeeze=False,
+                             constrained_layout=True)
+    grid_c, line_c = color("focal TS"), "#EE7733"
+    for ax, s in zip(axes[0], surfaces):
+        label, factor = CRITERION_LABELS[s.criterion]
+        z = s.scores * factor
+        positive = z[z > 0]
+        lo, hi = positive.min(), max(np.quantile(positive, 0.5), 1.01 * positive.min())
+        mesh = ax.pcolormesh(_edges(s.gammas), _edges(s.temperatures), np.where(z > 0, z, lo).T,
+                             norm=LogNorm(vmin=lo, vmax=hi), cmap="Greys_r", shading="flat", rasterized=True)
+        cbar = fig.colorbar(mesh, ax=ax, orientation="horizontal", pad=0.02, aspect=30, extend="max")
+        # five round ticks instead of LogNorm's powers of ten (the range is often within one decade)
+        cbar.set_ticks(np.geomspace(lo, hi, 5), labels=[f"{v:.3g}" for v in np.geomspace(lo, hi, 5)])
+        cbar.ax.minorticks_off()
+        cbar.set_label(label)
+        ax.grid(False)
+        ax.plot(s.gammas, s.best_t, "o", ms=3.5, color="#0077BB", label=r"best $T$ per $\gamma_{ev}$ (Fig. 8)")
+        ax.plot(s.line_pairs[:, 0], s.line_pairs[:, 1], "-", lw=1.4, color=line_c, label="3m line and its m pairs")
+        ax.plot(s.line_pairs[:, 0], s.line_pairs[:, 1], ".", ms=2.5, color=line_c)
+        ax.plot(s.anchors[:, 0], s.anchors[:, 1], "s", ms=7, mfc="none", mec=line_c, mew=1.6,
+                label="3m anchors (best $T$ at 2 gammas)")
+        # the two selections are often a cell apart: a large hollow star around a small cross
+        ax.plot(*s.grid_pick[:2], "*", ms=17, mfc="none", mec=grid_c, mew=1.8, label="grid selection")
+        ax.plot(*s.line_pick[:2], "X", ms=7, color=line_c, mec="black", mew=0.6, label="3m selection")
+        ax.set_xlabel(r"$\gamma_{ev}$ of the focal map")
+        ax.set_ylabel(r"temperature $T$")
+        ax.set_xlim(_edges(s.gammas)[[0, -1]])
+        ax.set_ylim(_edges(s.temperatures)[[0, -1]])
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(labels)))
+    if title:
+        fig.suptitle(title)
+    return fig, axes[0]
