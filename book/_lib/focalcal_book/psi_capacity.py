@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from focalcal.lab.results import apply_calibration, confidence_row, load_run, metric_row, training_gamma
+from focalcal.lab.results import apply_calibration, confidence_row, load_run, training_gamma
 from focalcal.lab.results.protocol import fit_on_grid
+from focalcal.metrics import ece
 from focalcal.posthoc import TemperatureScaling
 
 __all__ = ["LOSSES", "HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "psi_runs", "setting_name",
@@ -163,9 +164,10 @@ def psi_table(out: str | Path, runs, results) -> Any:
         conf_psi = float(psi_lp.exp().amax(-1).mean())
         g = float(rec["gamma"])
         ts = fit_on_grid(TemperatureScaling("focal", gamma=g), run.val_logits.double(), run.val_labels)
-        tsfl = metric_row(y, ts(z))["ece_width"]
+        # the results' ECE (metric_row's ece_width): 15 equal-width bins
+        tsfl = float(ece(logits=ts(z), labels=y, n_bins=15, binning="width"))
         ts.set_params(psi=True)  # same temperature, Psi after it (Charoenphakdee's ECE-Psi of TS_FL)
-        tsfl_psi = metric_row(y, ts(z))["ece_width"]
+        tsfl_psi = float(ece(logits=ts(z), labels=y, n_bins=15, binning="width"))
         rows.append({**rec, "accuracy": raw["accuracy"], "confidence": raw["confidence"],
                      "gap": raw["confidence"] - raw["accuracy"], "gap_se": gap_se, "confidence_psi": conf_psi,
                      "gap_psi": conf_psi - raw["accuracy"],
