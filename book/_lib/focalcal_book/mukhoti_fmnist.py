@@ -1,0 +1,475 @@
+"""Mukhoti et al. (2020) on Fashion-MNIST: ``book/experiments/mukhoti_fmnist.md``.
+
+The sweep's Fashion-MNIST CNN runs of Mukhoti et al.'s losses (:data:`LOSSES`, built from the
+constants of :mod:`focalcal.lab.sweep`) turned into their tables, their mechanism figures and the
+verdicts on their qualitative claims:
+
+- :func:`select_runs`, :func:`missing_losses`: the runs of :data:`LOSSES` in a results table;
+- :func:`protocol_table`, :func:`seed_summary`, :func:`range_cells`: their Tables 1-2, 4-7 and
+  9-12 quantities with their temperature protocol
+  (:func:`focalcal.lab.results.released.mukhoti_row`) beside K&K's temperatures of ``results.csv``;
+- :func:`prefix_histories`: per-epoch records on one evaluation subset at every epoch;
+- :func:`nll_rise`, :func:`late_mean`, :func:`final_stat`, :func:`compare_seeds`,
+  :func:`overall`, :func:`temperature_verdict`: the per-seed numbers behind each verdict;
+- :func:`plot_split_curves` (Fig. 2), :func:`plot_band_curves` (Figs. 3, 10),
+  :func:`plot_grad_norm_hists` (Fig. 4b-d), :func:`plot_train_reliability` (Fig. 1).
+
+Seeds are paired by number: runs of two losses with the same seed start from the same weights and
+see the same training subset in the same order, so a per-seed difference compares like with like.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from focalcal.lab import sweep
+from focalcal.lab.io import torch_load
+
+__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE",
+           "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary", "range_cells",
+           "prefix_histories", "late_epochs", "nll_rise", "late_mean", "final_stat", "compare_seeds",
+           "overall", "temperature_verdict", "scaled_epochs", "plot_split_curves", "plot_band_curves",
+           "plot_grad_norm_hists", "plot_train_reliability"]
+
+
+def _find(name: str, gamma: float | None = None) -> str:
+    """The label of the loss ``name`` (with focal ``gamma``) in :data:`focalcal.lab.sweep.FMNIST_LOSSES`."""
+    for lo in sweep.FMNIST_LOSSES:
+        if lo.name == name and (gamma is None or dict(lo.params).get("gamma") == gamma):
+            return lo.display
+    raise ValueError(f"no loss {name!r} (gamma={gamma}) in sweep.FMNIST_LOSSES")
+
+
+#: cross-entropy, focal loss with gamma = 3 and FLSD-53, as the sweep labels them
+CE, FL3, FLSD53 = _find("ce"), _find("focal", 3.0), _find("flsd53")
+#: Mukhoti et al.'s Fig. 3 losses: cross-entropy and focal loss with gamma = 1, 2, 3
+FIG3: tuple[str, ...] = tuple(lo.display for lo in sweep.FIG3_LOSSES)
+#: the columns of Mukhoti et al.'s Tables 1-2 (cross-entropy, Brier, MMCE, LS-0.05, FLSD-53)
+TABLE1_COLUMNS: tuple[str, ...] = (CE, _find("brier"), _find("mmce"), _find("label_smoothing"), FLSD53)
+#: Mukhoti et al.'s losses in the order of their tables: the baselines, the focal losses of their
+#: Tables 4-7 (with FL-5, which the book's other pages compare), then dual focal loss
+LOSSES: tuple[str, ...] = (TABLE1_COLUMNS[:4] + FIG3[1:]
+                           + (_find("focal", 5.0), _find("flsc531"), FLSD53, _find("flsd532"), _find("dual_focal")))
+
+#: a temperature is "near 1" when |T - 1| <= NEAR_ONE (two steps of Mukhoti's 0.1 grid)
+NEAR_ONE = 0.2
+#: a temperature is "well above 1" from WELL_ABOVE on (the network is softened by half or more)
+WELL_ABOVE = 1.5
+#: confidence bins of Mukhoti et al.'s Fig. 1 (training-set reliability diagrams)
+TRAIN_BINS = 25
+
+
+# --------------------------------------------------------------------------------------------
+# runs and tables
+# --------------------------------------------------------------------------------------------
+
+def select_runs(results, losses: Sequence[str] = LOSSES):
+    """The rows of ``results`` (a sweep's ``results.csv``) of the Fashion-MNIST CNN runs of ``losses``."""
+    keep = ((results["dataset"] == "fashion_mnist") & (results["model"] == "cnn")
+            & results["loss_label"].isin(list(losses)))
+    return results[keep]
+
+
+def missing_losses(results, losses: Sequence[str] = LOSSES) -> list[str]:
+    """The labels of ``losses`` with no run in ``results`` (already :func:`select_runs`-ed or not)."""
+    present = set(select_runs(results, losses)["loss_label"])
+    return [lo for lo in losses if lo not in present]
+
+
+def protocol_table(out: str | Path, results):
+    """One row per run of ``results``: Mukhoti et al.'s quantities and K&K's temperatures.
+
+    Columns: ``run``, ``loss_label``, ``seed``; every key of
+    :func:`focalcal.lab.results.released.mukhoti_row` (fractions; ``temperature`` on the grid
+    0.1, ..., 10 by the validation ECE with 15 equal-width bins, then the test set); and from the
+    run's ``results.csv`` rows (K&K's protocol): ``kk_t_nll`` and ``kk_t_ece`` (the "TS (NLL)" and
+    "TS (ECE)" temperatures) and ``kk_ece`` (test ECE, 15 equal-mass bins, after "TS (ECE)").
+    """
+    import pandas as pd
+
+    from focalcal.lab.results import load_run
+    from focalcal.lab.results.released import FitEval, mukhoti_row
+
+    rows = []
+    by_method = results.set_index(["run", "method"])
+    for run_id, r in results.drop_duplicates("run").set_index("run").iterrows():
+        run = load_run(Path(out) / "runs" / run_id)
+        row = mukhoti_row(FitEval(run.val_logits, run.val_labels, run.test_logits, run.test_labels,
+                                  "validation / test"))
+        rows.append({"run": run_id, "loss_label": r["loss_label"], "seed": int(r["seed"]), **row,
+                     "kk_t_nll": float(by_method.loc[(run_id, "TS (NLL)"), "temperature"]),
+                     "kk_t_ece": float(by_method.loc[(run_id, "TS (ECE)"), "temperature"]),
+                     "kk_ece": float(by_method.loc[(run_id, "TS (ECE)"), "ece_mass"])})
+    return pd.DataFrame(rows)
+
+
+def seed_summary(table, columns: Sequence[str], losses: Sequence[str] = LOSSES):
+    """Per loss (in the order of ``losses``, those present): ``<c>_mean``, ``<c>_min``, ``<c>_max``
+    over seeds for every column ``c``, and ``seeds``; indexed by ``loss_label``."""
+    g = table.groupby("loss_label")
+    out = g[list(columns)].agg(["mean", "min", "max"])
+    out.columns = [f"{c}_{s}" for c, s in out.columns]
+    out["seeds"] = g.size()
+    return out.loc[[lo for lo in losses if lo in out.index]]
+
+
+def range_cells(summary, columns: Mapping[str, tuple[float, int]]):
+    """``summary`` (:func:`seed_summary`) as HTML cells: the mean over seeds, and below it in small
+    print the least and the largest seed (nothing below with one seed).
+
+    ``columns``: column -> ``(scale, decimals)`` (``100, 2`` for a percentage). Returns a DataFrame
+    indexed by ``loss_label`` with one text column per entry of ``columns``.
+    """
+    import pandas as pd
+
+    def cell(r, c: str, scale: float, digits: int) -> str:
+        m, lo, hi = (scale * r[f"{c}_{s}"] for s in ("mean", "min", "max"))
+        if np.isnan(m):
+            return "&ndash;"
+        below = "" if r["seeds"] < 2 else (
+            f'<br><span style="font-size:0.8em;color:#57606a;white-space:nowrap">'
+            f"{lo:.{digits}f}&ndash;{hi:.{digits}f}</span>")
+        return f"{m:.{digits}f}{below}"
+
+    return pd.DataFrame({c: [cell(r, c, s, d) for _, r in summary.iterrows()] for c, (s, d) in columns.items()},
+                        index=summary.index)
+
+
+# --------------------------------------------------------------------------------------------
+# per-epoch records
+# --------------------------------------------------------------------------------------------
+
+_STATS = ("nll", "nll_correct", "nll_incorrect", "entropy", "entropy_correct", "entropy_incorrect",
+          "accuracy", "error", "confidence", "ece", "n")
+
+
+def prefix_histories(out: str | Path, histories):
+    """``histories`` (:func:`focalcal.lab.results.load_histories`) with the validation and test
+    records of every epoch on the same images.
+
+    A run with ``record_subset`` evaluates validation and test on their first ``record_subset``
+    images at most epochs, but on all of them at the epochs whose logits it saves (the last one,
+    and ``logits_epochs``). Mixing the two would put a step into every curve, so at those epochs
+    the ``val_*`` and ``test_*`` statistics (:func:`focalcal.lab.records.prediction_stats`) are
+    recomputed from the saved logits on the first ``record_subset`` images, the subset of the other
+    epochs (the evaluation loaders are not shuffled). ``feature_norm`` stays as recorded (the
+    features were not saved). Adds a column ``recomputed`` (bool).
+    """
+    from focalcal.lab.records import prediction_stats
+
+    h = histories.copy()
+    h["recomputed"] = False
+    for run_id, rows in h.groupby("run", sort=False):
+        run_dir = Path(out) / "runs" / run_id
+        config = json.loads((run_dir / "config.json").read_text())["config"]
+        subset = int(config.get("record_subset") or 0)
+        last = int(rows["epoch"].max())
+        for i, r in rows.iterrows():
+            if not subset or r["test_n"] <= subset:
+                continue
+            epoch = int(r["epoch"])
+            path = run_dir / f"logits_epoch_{epoch}.pt"
+            if not path.is_file():
+                path = run_dir / "logits.pt" if epoch == last else None
+            if path is None:
+                continue
+            blob = torch_load(path)
+            for split in ("val", "test"):
+                stats = prediction_stats(blob[f"{split}_logits"][:subset], blob[f"{split}_labels"][:subset])
+                for k in _STATS:
+                    h.loc[i, f"{split}_{k}"] = np.nan if stats[k] is None else stats[k]
+            h.loc[i, "recomputed"] = True
+    return h
+
+
+def late_epochs(history) -> list[int]:
+    """The epochs of one run's ``history`` (rows of one run) trained at its final learning rate
+    (after the schedule's last drop; all epochs for a constant rate)."""
+    lr = history["lr"].to_numpy()
+    return [int(e) for e, v in zip(history["epoch"], lr) if np.isclose(v, lr[-1], rtol=1e-6)]
+
+
+def nll_rise(histories, split: str = "test"):
+    """Per run: the rise of ``split``'s NLL from its least value to the final epoch
+    (:func:`focalcal.lab.results.nll_overfitting`); columns ``loss_label``, ``seed``, ``nll_rise``,
+    ``best_epoch``."""
+    from focalcal.lab.results import nll_overfitting
+
+    return nll_overfitting(histories, split=split)[["loss_label", "seed", "nll_rise", "best_epoch"]]
+
+
+def late_mean(histories, column: str):
+    """Per run: the mean of ``column`` over its :func:`late_epochs`; columns ``loss_label``,
+    ``seed``, ``column``."""
+    import pandas as pd
+
+    rows = []
+    for _, h in histories.groupby("run", sort=False):
+        h = h.sort_values("epoch")
+        late = h[h["epoch"].isin(late_epochs(h))]
+        rows.append({"loss_label": h["loss_label"].iloc[0], "seed": int(h["seed"].iloc[0]),
+                     column: float(late[column].mean())})
+    return pd.DataFrame(rows, columns=["loss_label", "seed", column])
+
+
+def final_stat(out: str | Path, results, stat: str, split: str = "test"):
+    """Per run of ``results``: ``stat`` of :func:`focalcal.lab.records.prediction_stats` on the
+    run's final ``split`` logits (all of them); columns ``loss_label``, ``seed``, ``stat``."""
+    import pandas as pd
+
+    from focalcal.lab.records import prediction_stats
+
+    rows = []
+    for _, r in results.drop_duplicates("run").iterrows():
+        blob = torch_load(Path(out) / "runs" / r["run"] / "logits.pt")
+        v = prediction_stats(blob[f"{split}_logits"], blob[f"{split}_labels"])[stat]
+        rows.append({"loss_label": r["loss_label"], "seed": int(r["seed"]),
+                     stat: np.nan if v is None else float(v)})
+    return pd.DataFrame(rows, columns=["loss_label", "seed", stat])
+
+
+# --------------------------------------------------------------------------------------------
+# verdicts
+# --------------------------------------------------------------------------------------------
+
+HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this scale"
+
+
+def compare_seeds(values, column: str, lower: str, higher: str) -> dict[str, Any]:
+    """Whether ``column`` is lower for the loss ``lower`` than for ``higher``, seed by seed.
+
+    ``values``: rows ``loss_label``, ``seed``, ``column``. Seeds are paired by number. Verdict:
+    :data:`HOLDS` when every pair (at least two) agrees, :data:`FAILS` when every pair (at least two)
+    says the opposite, otherwise :data:`OPEN` (one seed, or pairs that disagree). Returns
+    ``verdict``, ``agree`` and ``pairs`` (counts), ``lower_range`` and ``higher_range`` (least and
+    largest seed) and ``separate`` (the two ranges do not overlap).
+    """
+    def per_seed(label: str):
+        return values[values["loss_label"] == label].set_index("seed")[column]
+
+    a, b = per_seed(lower), per_seed(higher)
+    seeds = sorted(set(a.index) & set(b.index))
+    if not seeds:
+        return {"verdict": None, "agree": 0, "pairs": 0, "lower_range": (np.nan, np.nan),
+                "higher_range": (np.nan, np.nan), "separate": False}
+    a, b = a.loc[seeds], b.loc[seeds]
+    agree = int((a < b).sum())
+    n = len(seeds)
+    verdict = OPEN if n < 2 else HOLDS if agree == n else FAILS if agree == 0 else OPEN
+    ra, rb = (float(a.min()), float(a.max())), (float(b.min()), float(b.max()))
+    return {"verdict": verdict, "agree": agree, "pairs": n, "lower_range": ra, "higher_range": rb,
+            "separate": ra[1] < rb[0] or rb[1] < ra[0]}
+
+
+def overall(verdicts: Sequence[str | None]) -> str | None:
+    """One verdict from several comparisons: :data:`HOLDS` when all hold, :data:`FAILS` when none
+    holds and one fails, otherwise :data:`OPEN`; ``None`` when nothing was compared."""
+    v = [x for x in verdicts if x is not None]
+    if not v:
+        return None
+    if all(x == HOLDS for x in v):
+        return HOLDS
+    if HOLDS not in v and FAILS in v:
+        return FAILS
+    return OPEN
+
+
+def temperature_verdict(t_flsd: Sequence[float], t_ce: Sequence[float], *, near: float = NEAR_ONE,
+                        above: float = WELL_ABOVE) -> str | None:
+    """Mukhoti et al.'s "FLSD-53's optimal temperature is near 1, cross-entropy's well above 1".
+
+    :data:`HOLDS` when at least two seeds of each are given, every FLSD-53 seed has
+    ``|T - 1| <= near`` and every cross-entropy seed ``T >= above``; :data:`FAILS` when every
+    FLSD-53 seed is farther from 1 or every cross-entropy seed is below ``above``; otherwise
+    :data:`OPEN`. ``None`` when either list is empty.
+    """
+    f, c = np.asarray(t_flsd, dtype=float), np.asarray(t_ce, dtype=float)
+    if not len(f) or not len(c):
+        return None
+    if np.all(np.abs(f - 1) > near + 1e-9) or np.all(c < above - 1e-9):
+        return FAILS if min(len(f), len(c)) >= 2 else OPEN
+    if min(len(f), len(c)) >= 2 and np.all(np.abs(f - 1) <= near + 1e-9) and np.all(c >= above - 1e-9):
+        return HOLDS
+    return OPEN
+
+
+def scaled_epochs(epochs: int, paper: Sequence[int] = (10, 100, 200), paper_epochs: int = 350) -> list[int]:
+    """Mukhoti et al.'s epochs ``paper`` (of ``paper_epochs``; their Fig. 4b-d) at the same fraction
+    of a run of ``epochs`` epochs, at least 1, without repeats."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    return list(dict.fromkeys(max(1, round(epochs * e / paper_epochs)) for e in paper))
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+# --------------------------------------------------------------------------------------------
+
+def _band(ax, h, column: str, colour: str, ls: Any, label: str, scale: float = 1.0) -> None:
+    # mean over seeds, and the range of the seeds shaded
+    g = h.groupby("epoch")[column]
+    mean, lo, hi = g.mean() * scale, g.min() * scale, g.max() * scale
+    ax.plot(mean.index, mean.to_numpy(), color=colour, ls=ls, marker="o", ms=2.5, label=label)
+    if h["seed"].nunique() > 1:
+        ax.fill_between(mean.index, lo.to_numpy(), hi.to_numpy(), color=colour, alpha=0.15, lw=0)
+
+
+def plot_split_curves(histories, labels: Sequence[str]):
+    """Mukhoti et al.'s Fig. 2, one row per loss of ``labels``: the training NLL and the test NLL of
+    all, correctly and incorrectly classified samples (log scale), and the training error, the test
+    error and the test ECE; mean over seeds with the seeds' range shaded."""
+    import matplotlib.pyplot as plt
+
+    from focalcal.lab.results.figures import loss_styles
+    from focalcal.plotting import FIGURE_WIDTH_IN
+
+    styles = loss_styles(list(dict.fromkeys(histories["loss_label"])))
+    labels = [lo for lo in labels if lo in styles]
+    fig, axes = plt.subplots(len(labels), 3, figsize=(FIGURE_WIDTH_IN, 2.6 * len(labels) + 0.9),
+                             squeeze=False, sharex=True)
+    dashes = ("-", "--", ":")
+    for row, lo in zip(axes, labels):
+        h = histories[histories["loss_label"] == lo]
+        colour = styles[lo][0]
+        for ax, split in zip(row[:2], ("train", "test")):
+            for ls, (part, name) in zip(dashes, (("nll", "all"), ("nll_correct", "correct"),
+                                                 ("nll_incorrect", "misclassified"))):
+                _band(ax, h, f"{split}_{part}", colour, ls, name)
+            ax.set_yscale("log")
+            ax.set_ylabel(f"{split} NLL (nats)")
+        for ls, (col, name) in zip(dashes, (("train_error", "train error"), ("test_error", "test error"),
+                                            ("test_ece", "test ECE"))):
+            _band(row[2], h, col, colour, ls, name, scale=100.0)
+        row[2].set_ylabel("%")
+        row[0].set_title(lo, loc="left", fontsize=10)
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch")
+    for j in range(3):
+        axes[-1, j].legend(*axes[0, j].get_legend_handles_labels(), loc="upper center",
+                           bbox_to_anchor=(0.5, -0.3), ncol=1 if j == 2 else 1)
+    fig.tight_layout()
+    return fig
+
+
+def plot_band_curves(histories, panels: Sequence[tuple[str, str]], labels: Sequence[str], *,
+                     ncols: int = 3):
+    """One panel per ``(column, y label)`` of ``panels``, one line per loss of ``labels`` (mean over
+    seeds, the seeds' range shaded, the book's colours and line styles), one legend below."""
+    import matplotlib.pyplot as plt
+
+    from focalcal.lab.results.figures import loss_styles
+    from focalcal.plotting import FIGURE_WIDTH_IN
+
+    labels = [lo for lo in labels if lo in set(histories["loss_label"])]
+    styles = loss_styles(labels)
+    ncols = min(ncols, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(FIGURE_WIDTH_IN, 2.7 * nrows + 0.6), squeeze=False,
+                             sharex=True)
+    for ax, (col, ylabel) in zip(axes.flat, panels):
+        for lo in labels:
+            c, ls = styles[lo]
+            _band(ax, histories[histories["loss_label"] == lo], col, c, ls, lo)
+        ax.set_ylabel(ylabel)
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch")
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)))
+    fig.tight_layout(rect=(0, 0.08 / nrows * (1 + (len(names) > 4)), 1, 1))
+    return fig
+
+
+def _grad_hists(out: str | Path, run_id: str) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    # the run's histogram edges and, per epoch, the percentage of training samples in each bin
+    d = json.loads((Path(out) / "runs" / run_id / "history.json").read_text())
+    hists = {int(r["epoch"]): 100.0 * np.asarray(r["grad_norm_hist"], float) / max(sum(r["grad_norm_hist"]), 1)
+             for r in d["records"] if r.get("grad_norm_hist")}
+    return np.asarray(d["grad_norm_edges"], float), hists
+
+
+def plot_grad_norm_hists(out: str | Path, results, labels: Sequence[str], epochs: Sequence[int]):
+    """Mukhoti et al.'s Fig. 4b-d: per epoch of ``epochs``, the histogram of the per-sample gradient
+    norms of the last linear layer over the training set (the trainer's ``grad_norm_hist``,
+    log-spaced bins) for each loss of ``labels``: the mean percentage per bin over seeds, the
+    seeds' range shaded. Returns ``(figure, medians)``: ``medians[label][epoch]`` is the mean over
+    seeds of the recorded median gradient norm."""
+    import matplotlib.pyplot as plt
+
+    from focalcal.lab.results.figures import loss_styles
+    from focalcal.plotting import FIGURE_WIDTH_IN
+
+    runs = results.drop_duplicates("run")
+    labels = [lo for lo in labels if lo in set(runs["loss_label"])]
+    styles = loss_styles(labels)
+    fig, axes = plt.subplots(1, len(epochs), figsize=(FIGURE_WIDTH_IN, 3.3), squeeze=False, sharey=True)
+    medians: dict[str, dict[int, float]] = {}
+    for lo in labels:
+        ids = runs.loc[runs["loss_label"] == lo, "run"]
+        data = [_grad_hists(out, r) for r in ids]
+        c, ls = styles[lo]
+        edges = data[0][0]
+        medians[lo] = {}
+        for ax, e in zip(axes[0], epochs):
+            h = np.stack([d[1][e] for d in data if e in d[1]])
+            ax.stairs(h.mean(0), edges, color=c, ls=ls, lw=1.6, label=lo)
+            if len(h) > 1:
+                ax.stairs(h.max(0), edges, baseline=h.min(0), fill=True, color=c, alpha=0.15, lw=0)
+        for e in epochs:
+            q = [rec["grad_norm_quantiles"]["50"] for r in ids
+                 for rec in json.loads((Path(out) / "runs" / r / "history.json").read_text())["records"]
+                 if rec["epoch"] == e and rec.get("grad_norm_quantiles")]
+            medians[lo][e] = float(np.mean(q)) if q else float("nan")
+    for ax, e in zip(axes[0], epochs):
+        ax.set_xscale("log")
+        ax.set_title(f"epoch {e}")
+        ax.set_xlabel("gradient norm, last layer")
+    axes[0, 0].set_ylabel("% of training samples")
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig, medians
+
+
+def plot_train_reliability(out: str | Path, run_id: str, label: str, *, n_bins: int = TRAIN_BINS):
+    """Mukhoti et al.'s Fig. 1 for one run: reliability diagrams of the training set (``n_bins``
+    equal-width bins, the % of samples per bin below) at every epoch whose training logits the run
+    saved (``logits_epoch_<n>.pt`` with ``train_logits``). Returns ``(figure, rows)`` with one row
+    per epoch: ``epoch``, ``accuracy``, ``confidence`` (mean top probability) and ``top_bin`` (%
+    of samples in the most confident bin); ``(None, [])`` when no training logits were saved."""
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from focalcal.lab.results import plot_reliability_panel
+
+    run_dir = Path(out) / "runs" / run_id
+    files = sorted(run_dir.glob("logits_epoch_*.pt"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
+    logits, labels, rows = {}, {}, []
+    for p in files:
+        blob = torch_load(p)
+        if "train_logits" not in blob:
+            continue
+        e = int(re.findall(r"\d+", p.stem)[-1])
+        z, y = blob["train_logits"].to(torch.float64), blob["train_labels"]
+        conf, pred = z.softmax(-1).max(-1)
+        logits[f"epoch {e}"], labels[f"epoch {e}"] = z, y
+        rows.append({"epoch": e, "accuracy": float((pred == y).double().mean()),
+                     "confidence": float(conf.mean()),
+                     "top_bin": float(100 * (conf > (n_bins - 1) / n_bins).double().mean())})
+    if not rows:
+        return None, []
+    fig, axes = plot_reliability_panel(labels, logits, n_bins=n_bins, binning="width",
+                                       colors={k: label for k in logits},
+                                       title=f"{label}: training set ({len(labels[next(iter(labels))]):,} images)")
+    for ax in axes[0]:
+        ax.title.set_fontsize(9)
+    plt.setp(axes[1], ylim=(0, 100))
+    return fig, rows

@@ -1,0 +1,149 @@
+"""The helpers of the Mukhoti-on-Fashion-MNIST page (``focalcal_book.mukhoti_fmnist``), on tiny
+hand-made run folders and tables (no training)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from focalcal.lab import sweep
+from focalcal.lab.records import GRAD_NORM_EDGES, prediction_stats
+from focalcal_book import mukhoti_fmnist as mf
+
+matplotlib.use("Agg")
+
+
+def test_losses_come_from_the_sweep():
+    labels = [lo.display for lo in sweep.FMNIST_LOSSES]
+    assert set(mf.LOSSES) <= set(labels) and len(set(mf.LOSSES)) == len(mf.LOSSES)
+    assert mf.LOSSES[:4] == mf.TABLE1_COLUMNS[:4] and mf.FLSD53 in mf.LOSSES
+    assert mf.FIG3 == tuple(lo.display for lo in sweep.FIG3_LOSSES) and set(mf.FIG3) <= set(mf.LOSSES)
+    assert (mf.CE, mf.FL3) == (mf.FIG3[0], mf.FIG3[-1])
+    # Zhou et al.'s and K&K's extra losses are not Mukhoti's
+    assert not {lo.display for lo in sweep.ZHOU_LOSSES + sweep.KK_EXTRA_LOSSES} & set(mf.LOSSES)
+
+
+def _results(labels_seeds, dataset="fashion_mnist", model="cnn"):
+    return pd.DataFrame([{"run": f"{lo}-s{s}", "dataset": dataset, "model": model, "loss_label": lo, "seed": s}
+                         for lo, s in labels_seeds])
+
+
+def test_select_and_missing():
+    res = pd.concat([_results([(mf.CE, 0), ("AURC", 0)]), _results([(mf.FL3, 0)], model="mlp")])
+    assert list(mf.select_runs(res)["loss_label"]) == [mf.CE]
+    assert mf.missing_losses(res) == list(mf.LOSSES[1:])
+
+
+def test_seed_summary_and_cells():
+    t = pd.DataFrame({"loss_label": [mf.FL3, mf.CE, mf.CE], "seed": [0, 0, 1], "ece": [0.02, 0.05, 0.07]})
+    s = mf.seed_summary(t, ["ece"])
+    assert list(s.index) == [mf.CE, mf.FL3]  # the order of LOSSES, not of the table
+    assert s.loc[mf.CE, "ece_mean"] == pytest.approx(0.06) and s.loc[mf.CE, "seeds"] == 2
+    cells = mf.range_cells(s, {"ece": (100.0, 1)})
+    assert cells.loc[mf.CE, "ece"].startswith("6.0<br>") and "5.0&ndash;7.0" in cells.loc[mf.CE, "ece"]
+    assert cells.loc[mf.FL3, "ece"] == "2.0"  # one seed: no range
+    s.loc[mf.FL3, "ece_mean"] = np.nan
+    assert mf.range_cells(s, {"ece": (1.0, 2)}).loc[mf.FL3, "ece"] == "&ndash;"
+
+
+def _values(a, b, col="x"):
+    return pd.DataFrame([{"loss_label": "A", "seed": i, col: v} for i, v in enumerate(a)]
+                        + [{"loss_label": "B", "seed": i, col: v} for i, v in enumerate(b)])
+
+
+def test_compare_seeds():
+    c = mf.compare_seeds(_values([1, 2, 3], [2, 3, 4]), "x", "A", "B")
+    assert c["verdict"] == mf.HOLDS and (c["agree"], c["pairs"]) == (3, 3) and not c["separate"]
+    assert c["lower_range"] == (1, 3) and c["higher_range"] == (2, 4)
+    assert mf.compare_seeds(_values([1, 2], [5, 6]), "x", "A", "B")["separate"]
+    assert mf.compare_seeds(_values([3, 4], [1, 2]), "x", "A", "B")["verdict"] == mf.FAILS
+    assert mf.compare_seeds(_values([1, 4], [2, 3]), "x", "A", "B")["verdict"] == mf.OPEN
+    assert mf.compare_seeds(_values([1], [2]), "x", "A", "B")["verdict"] == mf.OPEN  # one seed
+    assert mf.compare_seeds(_values([1], []), "x", "A", "B")["verdict"] is None
+
+
+def test_overall():
+    assert mf.overall([mf.HOLDS, mf.HOLDS]) == mf.HOLDS
+    assert mf.overall([mf.FAILS, mf.OPEN]) == mf.FAILS
+    assert mf.overall([mf.HOLDS, mf.FAILS]) == mf.OPEN
+    assert mf.overall([None]) is None
+
+
+def test_temperature_verdict():
+    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5]) == mf.HOLDS
+    assert mf.temperature_verdict([0.5, 0.6], [2.3, 2.5]) == mf.FAILS
+    assert mf.temperature_verdict([1.0, 1.1], [1.2, 1.3]) == mf.FAILS
+    assert mf.temperature_verdict([1.0, 0.5], [2.0, 2.0]) == mf.OPEN
+    assert mf.temperature_verdict([1.0], [2.0]) == mf.OPEN  # one seed
+    assert mf.temperature_verdict([0.8, 0.8], [2.0, 2.0], near=0.1) == mf.FAILS
+    assert mf.temperature_verdict([], [2.0]) is None
+
+
+def test_scaled_epochs_and_late_epochs():
+    assert mf.scaled_epochs(18) == [1, 5, 10]
+    assert mf.scaled_epochs(350) == [10, 100, 200]
+    assert mf.scaled_epochs(1) == [1]
+    with pytest.raises(ValueError, match="epochs"):
+        mf.scaled_epochs(0)
+    h = pd.DataFrame({"epoch": [1, 2, 3, 4], "lr": [0.1, 0.01, 0.001, 0.001]})
+    assert mf.late_epochs(h) == [3, 4]
+
+
+def _run(tmp_path: Path, name: str, *, subset: int, epochs: int = 2, train_logits: bool = True) -> Path:
+    """A run folder: config, a history whose last epoch was evaluated on all 8 images, logits."""
+    g = torch.Generator().manual_seed(len(name))
+    d = tmp_path / "runs" / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"config": {"record_subset": subset}}))
+    blobs = {}
+    for e in range(1, epochs + 1):
+        blobs[e] = {f"{s}_{k}": v for s in ("val", "test", "train")
+                    for k, v in (("logits", 3 * torch.randn(8, 3, generator=g)),
+                                 ("labels", torch.randint(0, 3, (8,), generator=g)))}
+        if not train_logits:
+            blobs[e] = {k: v for k, v in blobs[e].items() if not k.startswith("train")}
+        torch.save(blobs[e], d / f"logits_epoch_{e}.pt")
+    torch.save(blobs[epochs], d / "logits.pt")
+    hist = [1, 2, 3] + [0] * (len(GRAD_NORM_EDGES) - 4)
+    records = [{"epoch": e, "lr": 0.1, "grad_norm_hist": hist, "grad_norm_quantiles": {"50": 0.5 * e}}
+               for e in range(1, epochs + 1)]
+    (d / "history.json").write_text(json.dumps({"grad_norm_edges": GRAD_NORM_EDGES, "records": records}))
+    return d
+
+
+def test_prefix_histories_recompute_the_full_epochs_on_the_subset(tmp_path):
+    d = _run(tmp_path, "a", subset=4)
+    h = pd.DataFrame({"run": ["a", "a"], "epoch": [1, 2], "test_n": [4, 8], "val_n": [4, 8],
+                      "test_nll": [9.0, 9.0], "val_nll": [9.0, 9.0]})
+    out = mf.prefix_histories(tmp_path, h)
+    assert list(out["recomputed"]) == [False, True]
+    blob = torch.load(d / "logits.pt")
+    want = prediction_stats(blob["test_logits"][:4], blob["test_labels"][:4])
+    assert out.loc[1, "test_nll"] == pytest.approx(want["nll"]) and out.loc[1, "test_n"] == 4
+    assert out.loc[0, "test_nll"] == 9.0  # already on the subset: untouched
+    # without record_subset nothing changes
+    _run(tmp_path, "b", subset=0)
+    assert not mf.prefix_histories(tmp_path, h.assign(run="b"))["recomputed"].any()
+
+
+def test_final_stat_and_figures(tmp_path):
+    d = _run(tmp_path, "a", subset=0)
+    res = pd.DataFrame({"run": ["a", "a"], "loss_label": [mf.CE, mf.CE], "seed": [0, 0]})
+    blob = torch.load(d / "logits.pt")
+    got = mf.final_stat(tmp_path, res, "nll")
+    assert len(got) == 1 and got["nll"].iloc[0] == pytest.approx(prediction_stats(blob["test_logits"],
+                                                                                  blob["test_labels"])["nll"])
+    fig, rows = mf.plot_train_reliability(tmp_path, "a", mf.CE)
+    assert [r["epoch"] for r in rows] == [1, 2] and fig is not None
+    assert 0 <= rows[0]["top_bin"] <= 100 and 0 <= rows[0]["accuracy"] <= 1
+    fig, medians = mf.plot_grad_norm_hists(tmp_path, res, [mf.CE, mf.FL3], [1, 2])
+    assert medians == {mf.CE: {1: 0.5, 2: 1.0}}  # FL3 has no run
+    _run(tmp_path, "c", subset=0, train_logits=False)
+    assert mf.plot_train_reliability(tmp_path, "c", mf.CE) == (None, [])
+    matplotlib.pyplot.close("all")
