@@ -64,7 +64,7 @@ def test_surface_agrees_with_the_library_searches(over_confident, criterion):
     assert s.line_pick[2] <= min(s.anchors[:, 2].min(), s.line_pairs[:, 2].min()) + 1e-15
     assert s.gap == pytest.approx(s.line_pick[2] - s.scores.min())
     assert s.same_pair == bool(np.allclose(s.line_pick[:2], s.grid_pick[:2]))
-    assert s.seconds > 0
+    assert s.seconds > 0 and s.cpu_seconds > 0
 
 
 def test_bad_arguments_are_named(over_confident):
@@ -92,5 +92,113 @@ def test_plot_has_one_panel_per_surface_and_labelled_overlays(over_confident):
         labels = [t.get_text() for t in fig.legends[0].get_texts()]
         assert {"grid selection", "3m selection"} <= set(labels) and len(labels) == 5
         assert all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
+    finally:
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# the page's verdicts and sentences
+# --------------------------------------------------------------------------------------------
+
+def test_trend_verdicts_follow_the_seed_ranges():
+    from focalcal_book.selection_surface import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, trend
+
+    falling = trend([[1.0, 1.1], [0.8, 0.9], [0.5, 0.6]])
+    assert falling["verdict"] == HOLDS and falling["steps"] == ["down", "down"] and falling["ends"] == "down"
+    assert falling["means"] == pytest.approx([1.05, 0.85, 0.55])
+    overlap = trend([[1.0, 1.1], [1.05, 0.7], [0.5, 0.6]])
+    assert overlap["verdict"] == NOT_RESOLVED and overlap["steps"] == ["overlap", "down"]
+    rising_step = trend([[1.0, 1.1], [1.2, 1.3], [0.5, 0.6]])
+    assert rising_step["verdict"] == DOES_NOT_HOLD and rising_step["steps"] == ["up", "down"]
+    assert trend([[1.0, 1.1], [1.2, 1.3]], decreasing=False)["verdict"] == HOLDS
+    # one seed per level: the spread cannot decide, whatever the order
+    assert trend([[1.0], [0.5]])["verdict"] == NOT_RESOLVED
+    assert trend([[1.0, 2.0]])["verdict"] == NOT_RUN
+    with pytest.raises(ValueError, match="values"):
+        trend([[1.0], []])
+
+
+def test_trend_sentence_and_seed_ranges():
+    from focalcal_book.selection_surface import seed_ranges, trend, trend_sentence
+
+    text = trend_sentence(trend([[1.0, 1.1], [1.2, 1.3], [0.5, 0.6]]), "T falls")
+    assert text.startswith("T falls: **does not hold**")
+    assert "downwards at 1 and upwards at 1 of the 2 steps" in text and "two ends separate downwards" in text
+    assert seed_ranges([[0.011, 0.0125], [0.02]], [0.0, 3.0], scale=100) == (
+        "1.10-1.25 at $\\gamma_{tr} = 0$, 2.00 at $\\gamma_{tr} = 3$")
+    with pytest.raises(ValueError, match="gammas"):
+        seed_ranges([[1.0]], [0.0, 1.0])
+
+
+def test_paired_lower_counts_seeds_of_each_run():
+    import pandas as pd
+
+    from focalcal_book.selection_surface import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, paired_lower
+
+    rows = []
+    for loss, diffs in {"a": [-0.01, -0.02], "b": [0.01, -0.01], "c": [0.02, 0.01], "d": [-0.01]}.items():
+        for seed, d in enumerate(diffs):
+            rows += [{"loss_label": loss, "seed": seed, "method": "TS (ECE)", "ece_mass": 0.05},
+                     {"loss_label": loss, "seed": seed, "method": "focal TS (ECE)", "ece_mass": 0.05 + d}]
+    out = paired_lower(pd.DataFrame(rows), "focal TS (ECE)", "TS (ECE)")
+    assert list(out.index) == ["a", "b", "c", "d"]
+    assert out["verdict"].tolist() == [HOLDS, NOT_RESOLVED, DOES_NOT_HOLD, NOT_RESOLVED]
+    assert out["lower"].tolist() == [2, 1, 0, 1] and out["seeds"].tolist() == [2, 2, 2, 1]
+    assert out.loc["a", "min_diff"] == pytest.approx(-0.02) and out.loc["b", "max_diff"] == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="column"):
+        paired_lower(pd.DataFrame(rows), "focal TS (ECE)", "TS (ECE)", column="brier")
+
+
+def test_search_sentence_says_whether_the_line_found_the_optimum(over_confident):
+    import dataclasses
+
+    from focalcal_book.selection_surface import line_tex, search_sentence
+
+    z, y = over_confident
+    s = selection_surface(z, y, criterion="nll", gammas=GAMMAS, temperatures=TEMPS)
+    same = dataclasses.replace(s, line_pick=s.grid_pick.copy())
+    assert "found the grid's optimum itself" in search_sentence(same)
+    worse = dataclasses.replace(s, line_pick=s.grid_pick + np.array([0.5, 0.2, 0.01]))
+    text = search_sentence(worse)
+    assert text.startswith("- on the validation NLL") and "missed the grid's optimum" in text
+    assert "a gap of +0.01 nats" in text and f"({s.n_line} pairs against the grid's {s.n_grid})" in text
+    better = dataclasses.replace(s, line_pick=s.grid_pick + np.array([0.1, 0.0, -0.001]))
+    assert "found a better pair than the grid's optimum" in search_sentence(better)
+    assert line_tex(0.8, -0.25) == "$T = 0.80 - 0.25\\,\\gamma_{ev}$"
+
+
+def test_best_t_fit_is_the_least_squares_line(over_confident):
+    import dataclasses
+
+    z, y = over_confident
+    s = selection_surface(z, y, criterion="ece_mass", gammas=GAMMAS, temperatures=TEMPS)
+    exact = dataclasses.replace(s, best_t=0.9 + 0.3 * s.gammas)
+    assert exact.best_t_fit() == pytest.approx((0.9, 0.3, 1.0))
+    flat = dataclasses.replace(s, best_t=np.full_like(s.gammas, 1.2))
+    assert flat.best_t_fit() == pytest.approx((1.2, 0.0, 1.0), abs=1e-12)
+
+
+def test_best_t_curves_are_the_rows_of_the_surface(over_confident):
+    from focalcal_book.selection_surface import best_t_curves, linear_fit, plot_best_t_curves
+
+    z, y = over_confident
+    s = selection_surface(z, y, criterion="ece_mass", gammas=GAMMAS, temperatures=TEMPS)
+    curves = best_t_curves({"over-confident": (z, y), "sharper": (2 * z, y)}, gammas=GAMMAS, temperatures=TEMPS)
+    assert list(curves.columns) == ["label", "gamma_ev", "best_t", "score"] and len(curves) == 2 * len(GAMMAS)
+    first = curves[curves["label"] == "over-confident"]
+    assert first["best_t"].tolist() == s.best_t.tolist()
+    assert first["score"].to_numpy() == pytest.approx(s.scores.min(axis=1))
+    # doubling the logits doubles the best temperature (up to the grid)
+    sharper = curves[curves["label"] == "sharper"]["best_t"].to_numpy()
+    assert (sharper >= first["best_t"].to_numpy()).all()
+    assert linear_fit([0, 1, 2], [1.0, 1.5, 2.0]) == pytest.approx((1.0, 0.5, 1.0))
+    with pytest.raises(ValueError, match="x and y"):
+        linear_fit([0.0], [1.0])
+    import matplotlib.pyplot as plt
+
+    fig, ax = plot_best_t_curves(curves, {"sharper": ("#000000", "--")})
+    try:
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["over-confident", "sharper"]
+        assert ax.get_xlabel() and ax.get_ylabel()
     finally:
         plt.close(fig)

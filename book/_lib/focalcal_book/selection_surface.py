@@ -19,16 +19,17 @@ they overlap or a loss has fewer than two seeds.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from focalcal.lab.results.protocol import fit_on_grid, temperature_grid
-from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling
+from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling, focal_ts_scores
 
-__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "trend", "paired_lower", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_LABELS", "SelectionSurface",
+__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "trend", "trend_sentence", "seed_ranges",
+           "paired_lower", "line_tex", "search_sentence", "best_t_curves", "plot_best_t_curves", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_LABELS", "SelectionSurface",
            "selection_surface", "plot_selection_surfaces"]
 
 HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
@@ -84,6 +85,31 @@ def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict
     return out
 
 
+def trend_sentence(verdict: dict[str, Any], claim: str) -> str:
+    """``claim: **verdict** (...)`` for a :func:`trend` result of a decreasing claim along gamma_tr
+    (Markdown with TeX): at how many steps the seed ranges separate each way, and the two ends."""
+    ends = {"down": "separate downwards", "up": "separate upwards", "overlap": "overlap"}[verdict["ends"]]
+    n_down, n_up = verdict["steps"].count("down"), verdict["steps"].count("up")
+    against = f" and upwards at {n_up}" if n_up else ""
+    return (f"{claim}: **{verdict['verdict']}** (the ranges separate downwards at {n_down}{against} of the "
+            f"{len(verdict['steps'])} steps in $\\gamma_{{tr}}$; between cross-entropy and the largest "
+            f"$\\gamma_{{tr}}$ the seed ranges of the two ends {ends})")
+
+
+def seed_ranges(values: Sequence[Sequence[float]], gammas: Sequence[float], *, scale: float = 1.0,
+                digits: int = 2) -> str:
+    """``"lo-hi at $\\gamma_{tr} = g$, ..."``: the range over seeds of each level (one number where
+    the rounded ends agree), ``values`` scaled by ``scale`` (100 for percentages)."""
+    if len(values) != len(gammas):
+        raise ValueError(f"values and gammas must have the same length, got {len(values)} and {len(gammas)}")
+    parts = []
+    for v, g in zip(values, gammas):
+        v = np.asarray(v, dtype=float)
+        lo, hi = f"{scale * v.min():.{digits}f}", f"{scale * v.max():.{digits}f}"
+        parts.append(lo + ("" if lo == hi else f"-{hi}") + f" at $\\gamma_{{tr}} = {g:g}$")
+    return ", ".join(parts)
+
+
 def paired_lower(results, method: str, baseline: str, column: str = "ece_mass"):
     """Per loss, whether ``method``'s ``column`` is below ``baseline``'s on every seed (same run).
 
@@ -133,12 +159,27 @@ SURFACE_GAMMAS: tuple[float, ...] = tuple(sorted(set(KK_GAMMAS) | {-0.5 + 0.5 * 
 #: the surface's temperatures: 0.05, 0.10, ..., 5 (K&K's range at a fifth of their 0.01 step, so
 #: that the exact score of every cell, which the heat map needs, takes seconds on 2 cores)
 SURFACE_TEMPERATURES: tuple[float, ...] = temperature_grid(100, 5.0)
+#: criterion -> (name in prose, unit in prose, factor, decimals): how a score is written
+CRITERION_TEXT: dict[str, tuple[str, str, float, int]] = {
+    "ece_mass": ("ECE", " %", 100.0, 3), "ece": ("equal-width ECE", " %", 100.0, 3), "nll": ("NLL", " nats", 1.0, 5)}
 #: criterion -> (axis label, factor applied to the scores when drawn)
 CRITERION_LABELS: dict[str, tuple[str, float]] = {
     "ece_mass": ("validation ECE, 15 equal-mass bins (%)", 100.0),
     "ece": ("validation ECE, 15 equal-width bins (%)", 100.0),
     "nll": ("validation NLL (nats)", 1.0),
 }
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares line ``y = intercept + slope * x``: ``(intercept, slope, R^2)``; ``R^2`` is 1
+    when every ``y`` is the same (the line is then exact)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {x.shape} and {y.shape}")
+    slope, intercept = np.polyfit(x, y, 1)
+    resid = ((y - (intercept + slope * x)) ** 2).sum()
+    total = ((y - y.mean()) ** 2).sum()
+    return float(intercept), float(slope), float(1.0 - resid / total) if total > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +208,9 @@ class SelectionSurface:
         ``(gamma_ev, T, score)`` selected by the line search (best of its ``3m`` pairs).
     seconds : float
         Wall time of both searches and the exact surface.
+    cpu_seconds : float
+        The process's CPU time meanwhile (all threads; unlike ``seconds``, unaffected by other
+        processes competing for the cores).
     """
 
     criterion: str
@@ -180,6 +224,7 @@ class SelectionSurface:
     line_pairs: np.ndarray
     line_pick: np.ndarray
     seconds: float
+    cpu_seconds: float
 
     @property
     def gap(self) -> float:
@@ -201,6 +246,10 @@ class SelectionSurface:
     def n_line(self) -> int:
         """Pairs the line search evaluates (``3m``)."""
         return 2 * len(self.temperatures) + len(self.line_pairs)
+
+    def best_t_fit(self) -> tuple[float, float, float]:
+        """:func:`linear_fit` of :attr:`best_t` against :attr:`gammas` (K&K's "close to linear")."""
+        return linear_fit(self.gammas, self.best_t)
 
 
 def selection_surface(logits: Any, labels: Any, *, criterion: str = "ece_mass",
@@ -241,7 +290,7 @@ def selection_surface(logits: Any, labels: Any, *, criterion: str = "ece_mass",
         # the heat map's cells need an increasing grid
         if grid_values.ndim != 1 or len(grid_values) < 2 or not (np.diff(grid_values) > 0).all():
             raise ValueError(f"{name} must be a strictly increasing 1-D sequence of at least two values")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     # method="exact": the heat map needs every score anyway, which a fast fit would compute again
     common = {"criterion": criterion, "n_bins": n_bins, "method": "exact"}
     grid = fit_on_grid(FocalTemperatureScaling(gammas, temperatures, **common), logits, labels)
@@ -249,7 +298,7 @@ def selection_surface(logits: Any, labels: Any, *, criterion: str = "ece_mass",
                                                **common), logits, labels)
     scores = grid.scores_.numpy()          # exact scores of every pair of every pair
     cands = line.candidates_.numpy()       # the 2m anchor scans, then the m line pairs
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     m = len(t)
     intercept, slope = line.line_
     anchors = []
@@ -262,7 +311,83 @@ def selection_surface(logits: Any, labels: Any, *, criterion: str = "ece_mass",
         grid_pick=np.array([grid.gamma_ev_, grid.temperature_, grid.best_score_]),
         best_t=t[scores.argmin(axis=1)], anchors=np.stack(anchors), line=(float(intercept), float(slope)),
         line_pairs=cands[2 * m:], line_pick=np.array([line.gamma_ev_, line.temperature_, line.best_score_]),
-        seconds=seconds)
+        seconds=seconds, cpu_seconds=cpu_seconds)
+
+
+def best_t_curves(fitting_sets: Mapping[str, tuple[Any, Any]], *, gammas: Sequence[float] = KK_GAMMAS,
+                  temperatures: Sequence[float] = SURFACE_TEMPERATURES, criterion: str = "ece_mass",
+                  n_bins: int = 15):
+    """K&K's Fig. 8 for several networks: for each ``gamma_ev`` the temperature of least criterion.
+
+    Parameters
+    ----------
+    fitting_sets : mapping label -> (logits (N, K), labels (N,))
+        One validation set per network (e.g. per training ``gamma_tr``), in the order to draw.
+    gammas, temperatures : sequence of float
+        The grid (default: K&K's nine ``gamma_ev`` and :data:`SURFACE_TEMPERATURES`).
+    criterion : {"ece_mass", "ece", "nll"}
+    n_bins : int
+
+    Returns
+    -------
+    DataFrame
+        One row per label x gamma: ``label``, ``gamma_ev``, ``best_t`` (the smallest grid ``T`` of
+        least score: :func:`focalcal.posthoc.focal_ts_scores`, exact) and ``score``.
+    """
+    import pandas as pd
+
+    rows = []
+    for label, (logits, labels) in fitting_sets.items():
+        scores = focal_ts_scores(logits, labels, gammas=gammas, temperatures=temperatures, criterion=criterion,
+                                 n_bins=n_bins).numpy()
+        j = scores.argmin(axis=1)
+        rows += [{"label": label, "gamma_ev": float(g), "best_t": float(temperatures[k]),
+                  "score": float(scores[i, k])} for i, (g, k) in enumerate(zip(gammas, j))]
+    return pd.DataFrame(rows, columns=["label", "gamma_ev", "best_t", "score"])
+
+
+def plot_best_t_curves(curves, styles: Mapping[str, tuple[str, Any]], *, ylabel: str = "best temperature $T$"):
+    """Best ``T`` against ``gamma_ev``, one line per label of :func:`best_t_curves` (K&K's Fig. 8);
+    ``styles``: label -> (colour, line style), e.g. :func:`focalcal.lab.results.figures.loss_styles`."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for label, g in curves.groupby("label", sort=False):
+        c, ls = styles.get(label, ("#4D4D4D", "-"))
+        ax.plot(g["gamma_ev"], g["best_t"], marker="o", ms=4, color=c, linestyle=ls, label=label)
+    ax.set_xlabel(r"$\gamma_{ev}$ of the focal map")
+    ax.set_ylabel(ylabel)
+    ax.legend(title="training loss", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig, ax
+
+
+def line_tex(intercept: float, slope: float) -> str:
+    """``$T = a + b\\,\\gamma_{ev}$`` with two decimals (a minus sign for a negative slope)."""
+    return f"$T = {intercept:.2f} {'-' if slope < 0 else '+'} {abs(slope):.2f}\\,\\gamma_{{ev}}$"
+
+
+def _pair(p: np.ndarray) -> str:
+    return f"$(\\gamma_{{ev}}, T) = ({p[0]:.2f}, {p[1]:.2f})$"
+
+
+def search_sentence(s: SelectionSurface) -> str:
+    """One Markdown list item: whether the 3m search found the grid's optimum, both picks with
+    their scores, the gap (line minus grid) and the line."""
+    name, unit, scale, digits = CRITERION_TEXT[s.criterion]
+    grid, line = f"{scale * s.grid_pick[2]:.{digits}f}{unit}", f"{scale * s.line_pick[2]:.{digits}f}{unit}"
+    gap = f"a gap of {scale * s.gap:+.2g}{' percentage points' if unit == ' %' else unit}"
+    if s.same_pair:
+        outcome = f"found the grid's optimum itself, {_pair(s.grid_pick)} with {grid}"
+    elif s.gap <= 0:
+        # the line's gammas are spaced over the grid's range, not taken from it
+        outcome = (f"found {'a better pair than' if s.gap < 0 else 'a pair as good as'} the grid's optimum, "
+                   f"{_pair(s.line_pick)} with {line} against the grid's {_pair(s.grid_pick)} with {grid}, "
+                   f"{gap} (its $\\gamma_{{ev}}$ need not be a grid value)")
+    else:
+        outcome = (f"missed the grid's optimum: it selected {_pair(s.line_pick)} with {line}, the grid "
+                   f"{_pair(s.grid_pick)} with {grid}, {gap}")
+    return (f"- on the validation {name}, the 3m search ({s.n_line} pairs against the grid's {s.n_grid}) "
+            f"{outcome}; its line is {line_tex(*s.line)}")
 
 
 def _edges(centres: np.ndarray) -> np.ndarray:
