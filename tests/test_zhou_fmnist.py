@@ -196,3 +196,44 @@ def test_per_seed_and_figures(tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_training_progress(tmp_path):
+    fake_run(tmp_path, "sr-0", "selective_risk", "selective-risk", 0, 2.0, 1.0)
+    records = [{"epoch": 1, "train_accuracy": 0.2, "train_nll": 2.2}, {"epoch": 2, "train_accuracy": 0.3,
+                                                                        "train_nll": 2.0}]
+    (tmp_path / "runs" / "sr-0" / "history.json").write_text(json.dumps({"records": records}))
+    table = pd.DataFrame({"run": ["sr-0"], "loss_label": ["selective-risk"], "seed": [0]})
+    assert zf.training_progress(tmp_path, table) == {"best_train_accuracy": 0.3, "final_train_nll_min": 2.0,
+                                                     "final_train_nll_max": 2.0, "epochs": 2}
+    assert zf.training_progress(tmp_path, table, label="AURC") == {}
+
+
+def test_near_uniform_share():
+    z = torch.tensor([[0.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]])
+    assert zf.near_uniform_share(z) == pytest.approx(2 / 3)  # rows 0 and 2 below 2/4
+    assert zf.near_uniform_share(z, factor=1.0) == 0.0
+    for bad, match in ((torch.zeros(3), "logits"), (torch.zeros(0, 4), "logits")):
+        with pytest.raises(ValueError, match=match):
+            zf.near_uniform_share(bad)
+    with pytest.raises(ValueError, match="factor"):
+        zf.near_uniform_share(z, factor=0.5)
+
+
+def test_target_context(tmp_path):
+    t = pd.DataFrame({"run": ["a", "b", "c", "d"], "loss_label": ["cross-entropy"] * 2 + ["selective-risk"] * 2,
+                      "seed": [0, 1, 0, 1], "accuracy": [0.86, 0.87, 0.27, 0.33],
+                      "near_uniform": [0.0, 0.01, 0.8, 0.6]})
+    for name, loss, label, seed in t[["run", "loss_label", "loss_label", "seed"]].itertuples(index=False):
+        fake_run(tmp_path, name, loss, label, seed, None, 1.0)  # no history.json: no training sentence
+    text = zf.target_context(tmp_path, t, n_classes=10)
+    assert text.startswith("The selective-risk networks reach a test accuracy of 30.00 (27.00–33.00) %")
+    assert "far below the others" in text and "60 % to 80 %" in text and "at most 1.0 %" in text
+    assert "eq. 27" in text and "training images" not in text
+    text = zf.target_context(tmp_path, t.assign(near_uniform=[0.0, 0.0, 0.1, 0.6]), n_classes=10)
+    assert "eq. 27" not in text  # most images near uniform on every seed, or no mechanism sentence
+    assert zf.NOT_RUN in zf.target_context(tmp_path, t[t["loss_label"] != "selective-risk"], n_classes=10)
+    assert "nothing to be compared" in zf.target_context(tmp_path, t[t["loss_label"] == "selective-risk"],
+                                                         n_classes=10)
+    with pytest.raises(ValueError, match="n_classes"):
+        zf.target_context(tmp_path, t, n_classes=1)

@@ -7,7 +7,11 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
   :func:`focalcal.lab.results.released.zhou_row` per run (``T`` fitted on the validation logits,
   everything measured on the test logits), :func:`spread_table` shows mean and seed range;
 - :func:`competitive` and :func:`lower_than` decide the claims from the per-seed values,
-  :func:`combine` joins several verdicts into one;
+  :func:`combine` joins several verdicts into one, :func:`calibration_claim` and
+  :func:`aurc_claim` write them as Markdown lists;
+- :func:`target_context`, :func:`training_progress`, :func:`confidence_direction` and
+  :func:`near_uniform_share`: how well the selective-risk networks learned, and which way each
+  loss is miscalibrated;
 - figures: :func:`aurc_ece_plot` (AURC and E-AURC against ECE, seed ranges as bars) and
   :func:`reliability_figures` (Zhou et al.'s Fig. 3: one reliability diagram per loss).
 
@@ -27,8 +31,9 @@ import pandas as pd
 from focalcal.lab import sweep
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
-           "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "spread_text", "spread_table",
-           "competitive", "lower_than", "combine", "confidence_direction", "calibration_claim", "aurc_claim", "aurc_ece_plot",
+           "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
+           "spread_text", "spread_table", "competitive", "lower_than", "combine", "confidence_direction",
+           "training_progress", "target_context", "calibration_claim", "aurc_claim", "aurc_ece_plot",
            "reliability_figures"]
 
 HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
@@ -105,7 +110,8 @@ def per_seed(out: str | Path, runs: pd.DataFrame, *, n_bins: int = 15) -> pd.Dat
     ``loss_label``, ``seed``, ``parameters`` (:func:`loss_parameters` of the run's loss, as text;
     ``"none"`` without any), ``clip_grad_norm`` (NaN: no clipping) and ``confidence_gap`` (test
     mean confidence minus accuracy, :func:`focalcal_book.released.confidence_gap`; > 0:
-    over-confident). Quantities are fractions.
+    over-confident) and ``near_uniform`` (:func:`near_uniform_share` of the test logits).
+    Quantities are fractions.
     """
     from focalcal.lab.results import load_run
     from focalcal.lab.results.released import zhou_row
@@ -122,10 +128,25 @@ def per_seed(out: str | Path, runs: pd.DataFrame, *, n_bins: int = 15) -> pd.Dat
                                              loss_parameters(run.config["loss"], run.loss_params).items())
                      or "none",
                      "confidence_gap": confidence_gap(run.test_labels, run.test_logits),
+                     "near_uniform": near_uniform_share(run.test_logits),
                      "clip_grad_norm": float("nan") if clip is None else float(clip),
                      **zhou_row(run.test_logits, run.test_labels, run.val_logits, run.val_labels,
                                 n_bins=n_bins)})
     return pd.DataFrame(rows)
+
+
+def near_uniform_share(logits: Any, factor: float = 2.0) -> float:
+    """The fraction of rows of ``logits`` (shape (N, K)) whose top-class probability is below
+    ``factor / K``: predictions close to uniform (``1 / K``), where the network has given up."""
+    import torch
+
+    z = torch.as_tensor(logits, dtype=torch.float64)
+    if z.ndim != 2 or z.shape[0] == 0:
+        raise ValueError(f"logits must have shape (N, K) with N > 0; got {tuple(z.shape)}")
+    if factor < 1:
+        raise ValueError(f"factor must be at least 1 (1 / K is the least top-class probability); got {factor}")
+    conf = torch.softmax(z, dim=1).max(dim=1).values
+    return float((conf < factor / z.shape[1]).double().mean())
 
 
 def spread_text(values: Sequence[float] | np.ndarray, *, scale: float = 100.0, digits: int = 2) -> str:
@@ -275,6 +296,77 @@ def confidence_direction(table: pd.DataFrame) -> dict[str, list[str]]:
     return out
 
 
+def training_progress(out: str | Path, table: pd.DataFrame, label: str = TARGET) -> dict[str, float]:
+    """How far the runs of ``label`` in ``table`` (:func:`per_seed`) got on their training set, from
+    their per-epoch records (``history.json``).
+
+    Returns
+    -------
+    dict
+        ``best_train_accuracy``: the highest training accuracy of any run at any epoch (measured
+        during the epoch's training pass); ``final_train_nll_min`` / ``_max``: the range over runs of
+        the last epoch's training NLL (nats); ``epochs``: the most epochs of a run. Empty without
+        runs of ``label`` or without records.
+    """
+    from focalcal.lab.results import load_run
+
+    best, final, epochs = [], [], []
+    for run in table.loc[table["loss_label"] == label, "run"]:
+        history = load_run(Path(out) / "runs" / run).history
+        if not history:
+            continue
+        best.append(max(float(h["train_accuracy"]) for h in history))
+        final.append(float(history[-1]["train_nll"]))
+        epochs.append(len(history))
+    if not best:
+        return {}
+    return {"best_train_accuracy": max(best), "final_train_nll_min": min(final),
+            "final_train_nll_max": max(final), "epochs": max(epochs)}
+
+
+def target_context(out: str | Path, table: pd.DataFrame, *, n_classes: int, target: str = TARGET) -> str:
+    """Markdown that says how well ``target``'s networks learned, before its verdicts are read.
+
+    Its test accuracy against the other losses' (a warning when every seed is more than 5
+    points below the worst other loss's mean), its training progress (:func:`training_progress`),
+    the share of near-uniform test predictions (``near_uniform`` of :func:`per_seed`) and, when
+    that share is above one half on every seed, the term of Zhou et al.'s gradient (eq. 27) that
+    allows it. Without ``target``'s runs, or without another loss, one sentence says so.
+    """
+    if n_classes < 2:
+        raise ValueError(f"n_classes must be at least 2; got {n_classes}")
+    present = list(dict.fromkeys(table["loss_label"]))
+    if target not in present:
+        return (f"The {target} loss was {NOT_RUN}, so neither claim can be checked here; the tables above show "
+                "the other losses only.")
+    if len(present) == 1:
+        return f"Only the {target} loss was run in this build: it has nothing to be compared with."
+    mine = table["loss_label"] == target
+    acc = table.loc[mine, "accuracy"].to_numpy(dtype=float)
+    others = table.loc[~mine].groupby("loss_label", sort=False)["accuracy"].mean()
+    far_below = acc.max() < others.min() - 0.05
+    text = (f"The {target} networks reach a test accuracy of {spread_text(acc)} %, against "
+            f"{100 * others.min():.2f} % to {100 * others.max():.2f} % for the other losses (means over seeds)"
+            + (": far below the others, so its calibration and its AURC describe a network that has not learned "
+               "the task as well, and the verdicts should be read with that in mind." if far_below else "."))
+    progress = training_progress(out, table, target)
+    if progress:
+        text += (f" On its training images, no {target} run exceeds {100 * progress['best_train_accuracy']:.1f} % "
+                 f"accuracy in any of its {progress['epochs']} epochs, and its training NLL after the last epoch is "
+                 f"{progress['final_train_nll_min']:.2f} to {progress['final_train_nll_max']:.2f} nats (uniform "
+                 f"predictions over the {n_classes} classes: {np.log(n_classes):.2f}).")
+    share = table.loc[mine, "near_uniform"]
+    text += (f" The {target} networks give {100 * share.min():.0f} % to {100 * share.max():.0f} % of the test "
+             f"images a top-class probability below {2 / n_classes:.2f}, close to the uniform {1 / n_classes:.2f} "
+             f"(the other losses: at most {100 * table.loc[~mine, 'near_uniform'].max():.1f} %).")
+    if share.min() > 0.5:  # most images near uniform: say which term of the loss allows it
+        text += (" Its weight $\\hat\\beta_i$ grows with the confidence, and the gradient flows through it for the "
+                 "samples below $\\tau$ (Zhou et al.'s eq. 27), so lowering the confidence of such a sample lowers "
+                 "its loss. The near-uniform predictions are consistent with the networks taking that route; this "
+                 "page does not test it further.")
+    return text
+
+
 def _range(values: np.ndarray) -> str:
     return f"{spread_text(values)} %"
 
@@ -341,12 +433,13 @@ def aurc_claim(table: pd.DataFrame, scores: Mapping[str, str], *, prefix: str = 
 # --------------------------------------------------------------------------------------------
 
 def aurc_ece_plot(table: pd.DataFrame, *, score: str = "msp", score_name: str = "MSP"):
-    """AURC (left) and E-AURC (right) under ``score`` against the test ECE, in percent, one marker
-    per loss at the mean over seeds with bars spanning the seeds' range on both axes.
+    """AURC (left) and E-AURC (right) under ``score`` (log scale) against the test ECE, in percent,
+    one marker per loss at the mean over seeds with bars spanning the seeds' range on both axes.
 
     Colours and line styles per loss: :func:`focalcal.lab.results.figures.loss_styles`.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     from focalcal import plotting
     from focalcal.lab.results.figures import loss_styles
@@ -368,7 +461,13 @@ def aurc_ece_plot(table: pd.DataFrame, *, score: str = "msp", score_name: str = 
             bars[-1][0].set_linestyle(ls)
             bars[-1][1].set_linestyle(ls)
         ax.set_xlabel("test ECE (%, 15 equal-width bins)")
-        ax.set_ylabel(f"test {name}, {score_name} (%)")
+        # log scale: a loss that did not learn (AURC near its error rate) would flatten the others
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ticks = [t for t in (0.5, 1, 2, 3, 5, 7, 10, 20, 30, 50, 100) if lo <= t <= hi]
+        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel(f"test {name}, {score_name} (%, log scale)")
     handles, names = axes[0].get_legend_handles_labels()
     ncol = min(4, len(names))
     fig.legend(handles, names, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, 0.0), fontsize=9)
