@@ -29,8 +29,9 @@ from focalcal.lab.results.protocol import fit_on_grid, temperature_grid
 from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling, focal_ts_scores
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "trend", "trend_sentence", "seed_ranges",
-           "paired_lower", "line_tex", "search_sentence", "best_t_curves", "plot_best_t_curves", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_LABELS", "SelectionSurface",
-           "selection_surface", "plot_selection_surfaces"]
+           "paired_lower", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_TEXT",
+           "CRITERION_LABELS", "SelectionSurface", "selection_surface", "search_sentence", "line_tex",
+           "plot_selection_surfaces", "best_t_curves", "plot_best_t_curves"]
 
 HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
 NOT_RUN = "not run in this build"
