@@ -237,3 +237,14 @@ def test_target_context(tmp_path):
                                                          n_classes=10)
     with pytest.raises(ValueError, match="n_classes"):
         zf.target_context(tmp_path, t, n_classes=1)
+
+
+def test_fig3_agreement():
+    direction = {"over": ["inverse focal"], "under": ["FLSD-53"], "mixed": []}
+    text = zf.fig3_agreement(direction, {"FLSD-53": "under", "inverse focal": "under", "AURC": "under"})
+    assert text == ("FLSD-53: under-confident on every seed, as they read it; inverse focal: over-confident on "
+                    "every seed, not under-confident as they read it; AURC: not run in this build.")
+    assert "some seeds" in zf.fig3_agreement({"over": [], "under": [], "mixed": ["AURC"]}, {"AURC": "under"})
+    assert set(zf.FIG3_READING) <= set(zf.LABELS)
+    with pytest.raises(ValueError, match="reading"):
+        zf.fig3_agreement(direction, {"AURC": "sideways"})

@@ -11,7 +11,7 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
   :func:`aurc_claim` write them as Markdown lists;
 - :func:`target_context`, :func:`training_progress`, :func:`confidence_direction` and
   :func:`near_uniform_share`: how well the selective-risk networks learned, and which way each
-  loss is miscalibrated;
+  loss is miscalibrated (:func:`fig3_agreement`: against Zhou et al.'s reading of their Fig. 3);
 - figures: :func:`aurc_ece_plot` (AURC and E-AURC against ECE, seed ranges as bars) and
   :func:`reliability_figures` (Zhou et al.'s Fig. 3: one reliability diagram per loss).
 
@@ -33,7 +33,7 @@ from focalcal.lab import sweep
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
            "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
            "spread_text", "spread_table", "competitive", "lower_than", "combine", "confidence_direction",
-           "training_progress", "target_context", "calibration_claim", "aurc_claim", "aurc_ece_plot",
+           "training_progress", "target_context", "FIG3_READING", "fig3_agreement", "calibration_claim", "aurc_claim", "aurc_ece_plot",
            "reliability_figures"]
 
 HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
@@ -294,6 +294,40 @@ def confidence_direction(table: pd.DataFrame) -> dict[str, list[str]]:
         gap = g["confidence_gap"].to_numpy(dtype=float)
         out["over" if (gap > 0).all() else "under" if (gap < 0).all() else "mixed"].append(str(label))
     return out
+
+
+#: Zhou et al.'s reading of their Fig. 3 (Sec. 5): "focal loss tends to produce overconfident
+#: predictions on samples, whereas inverse focal loss and AURC exhibit underconfidence"
+FIG3_READING: dict[str, str] = {LABELS[1]: "over", LABELS[2]: "under", LABELS[5]: "under"}
+
+
+def fig3_agreement(direction: Mapping[str, Sequence[str]],
+                   reading: Mapping[str, str] = FIG3_READING) -> str:
+    """One sentence per loss of ``reading`` (label -> ``"over"`` / ``"under"``): whether
+    :func:`confidence_direction`'s ``direction`` agrees on every seed, disagrees on every seed, or
+    is mixed; losses without runs are said to be not run.
+
+    Raises
+    ------
+    ValueError
+        ``reading`` holds a direction other than ``"over"`` and ``"under"``.
+    """
+    words = {"over": "over-confident", "under": "under-confident"}
+    if set(reading.values()) - set(words):
+        raise ValueError(f"reading must map labels to 'over' or 'under'; got {dict(reading)}")
+    found = {lab: d for d, labs in direction.items() for lab in labs}
+    parts = []
+    for lab, expected in reading.items():
+        seen = found.get(lab)
+        if seen is None:
+            parts.append(f"{lab}: {NOT_RUN}")
+        elif seen == "mixed":
+            parts.append(f"{lab}: over-confident on some seeds, under-confident on others")
+        elif seen == expected:
+            parts.append(f"{lab}: {words[expected]} on every seed, as they read it")
+        else:
+            parts.append(f"{lab}: {words[seen]} on every seed, not {words[expected]} as they read it")
+    return "; ".join(parts) + "."
 
 
 def training_progress(out: str | Path, table: pd.DataFrame, label: str = TARGET) -> dict[str, float]:
