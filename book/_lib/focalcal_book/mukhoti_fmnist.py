@@ -31,8 +31,9 @@ import torch
 from focalcal.lab import sweep
 from focalcal.lab.io import torch_load
 
-__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE",
-           "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary", "range_cells",
+__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE", "HOLDS",
+           "FAILS", "OPEN", "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary",
+           "range_cells",
            "prefix_histories", "late_epochs", "nll_rise", "late_mean", "final_stat", "compare_seeds",
            "overall", "temperature_verdict", "scaled_epochs", "plot_split_curves", "plot_band_curves",
            "plot_grad_norm_hists", "plot_train_reliability"]
@@ -238,6 +239,7 @@ def final_stat(out: str | Path, results, stat: str, split: str = "test"):
 # verdicts
 # --------------------------------------------------------------------------------------------
 
+#: the three verdicts of a claim
 HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this scale"
 
 
@@ -351,8 +353,9 @@ def plot_split_curves(histories, labels: Sequence[str]):
     for ax in axes[-1]:
         ax.set_xlabel("epoch")
     for j in range(3):
+        # one legend per column, below it: inside a panel it would cover a curve
         axes[-1, j].legend(*axes[0, j].get_legend_handles_labels(), loc="upper center",
-                           bbox_to_anchor=(0.5, -0.3), ncol=1 if j == 2 else 1)
+                           bbox_to_anchor=(0.5, -0.3))
     fig.tight_layout()
     return fig
 
@@ -466,9 +469,10 @@ def plot_train_reliability(out: str | Path, run_id: str, label: str, *, n_bins: 
                      "top_bin": float(100 * (conf > (n_bins - 1) / n_bins).double().mean())})
     if not rows:
         return None, []
+    n_images = len(next(iter(labels.values())))
     fig, axes = plot_reliability_panel(labels, logits, n_bins=n_bins, binning="width",
                                        colors={k: label for k in logits},
-                                       title=f"{label}: training set ({len(labels[next(iter(labels))]):,} images)")
+                                       title=f"{label}: training set ({n_images:,} images)")
     for ax in axes[0]:
         ax.title.set_fontsize(9)
     plt.setp(axes[1], ylim=(0, 100))
