@@ -144,6 +144,8 @@ def test_final_stat_and_figures(tmp_path):
     assert 0 <= rows[0]["top_bin"] <= 100 and 0 <= rows[0]["accuracy"] <= 1
     fig, medians = mf.plot_grad_norm_hists(tmp_path, res, [mf.CE, mf.FL3], [1, 2])
     assert medians == {mf.CE: {1: 0.5, 2: 1.0}}  # FL3 has no run
+    med = mf.grad_norm_medians(tmp_path, res, [2])
+    assert med.to_dict("records") == [{"loss_label": mf.CE, "seed": 0, "epoch": 2, "median": 1.0}]
     _run(tmp_path, "c", subset=0, train_logits=False)
     assert mf.plot_train_reliability(tmp_path, "c", mf.CE) == (None, [])
     matplotlib.pyplot.close("all")

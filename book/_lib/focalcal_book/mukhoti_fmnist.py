@@ -34,7 +34,7 @@ from focalcal.lab.io import torch_load
 __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE", "HOLDS",
            "FAILS", "OPEN", "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary",
            "range_cells",
-           "prefix_histories", "late_epochs", "nll_rise", "late_mean", "final_stat", "compare_seeds",
+           "prefix_histories", "late_epochs", "nll_rise", "late_mean", "final_stat", "grad_norm_medians", "compare_seeds",
            "overall", "temperature_verdict", "scaled_epochs", "plot_split_curves", "plot_band_curves",
            "plot_grad_norm_hists", "plot_train_reliability"]
 
@@ -398,6 +398,22 @@ def _grad_hists(out: str | Path, run_id: str) -> tuple[np.ndarray, dict[int, np.
     return np.asarray(d["grad_norm_edges"], float), hists
 
 
+def grad_norm_medians(out: str | Path, results, epochs: Sequence[int]):
+    """Per run of ``results`` and epoch of ``epochs``: the median per-sample gradient norm of the last
+    layer over that epoch's training pass (the trainer's ``grad_norm_quantiles``); columns
+    ``loss_label``, ``seed``, ``epoch``, ``median``."""
+    import pandas as pd
+
+    rows = []
+    for _, r in results.drop_duplicates("run").iterrows():
+        records = json.loads((Path(out) / "runs" / r["run"] / "history.json").read_text())["records"]
+        for rec in records:
+            if rec["epoch"] in epochs and rec.get("grad_norm_quantiles"):
+                rows.append({"loss_label": r["loss_label"], "seed": int(r["seed"]), "epoch": int(rec["epoch"]),
+                             "median": float(rec["grad_norm_quantiles"]["50"])})
+    return pd.DataFrame(rows, columns=["loss_label", "seed", "epoch", "median"])
+
+
 def plot_grad_norm_hists(out: str | Path, results, labels: Sequence[str], epochs: Sequence[int]):
     """Mukhoti et al.'s Fig. 4b-d: per epoch of ``epochs``, the histogram of the per-sample gradient
     norms of the last linear layer over the training set (the trainer's ``grad_norm_hist``,
@@ -419,17 +435,13 @@ def plot_grad_norm_hists(out: str | Path, results, labels: Sequence[str], epochs
         data = [_grad_hists(out, r) for r in ids]
         c, ls = styles[lo]
         edges = data[0][0]
-        medians[lo] = {}
         for ax, e in zip(axes[0], epochs):
             h = np.stack([d[1][e] for d in data if e in d[1]])
             ax.stairs(h.mean(0), edges, color=c, ls=ls, lw=1.6, label=lo)
             if len(h) > 1:
                 ax.stairs(h.max(0), edges, baseline=h.min(0), fill=True, color=c, alpha=0.15, lw=0)
-        for e in epochs:
-            q = [rec["grad_norm_quantiles"]["50"] for r in ids
-                 for rec in json.loads((Path(out) / "runs" / r / "history.json").read_text())["records"]
-                 if rec["epoch"] == e and rec.get("grad_norm_quantiles")]
-            medians[lo][e] = float(np.mean(q)) if q else float("nan")
+        med = grad_norm_medians(out, runs[runs["loss_label"] == lo], epochs).groupby("epoch")["median"].mean()
+        medians[lo] = {e: float(med.get(e, np.nan)) for e in epochs}
     for ax, e in zip(axes[0], epochs):
         ax.set_xscale("log")
         ax.set_title(f"epoch {e}")
