@@ -11,4 +11,6 @@
 - :mod:`focalcal_book.pages`      glue several values at once; tables for a reader
 - ``focalcal_book.printed``       the papers' own numbers, typed once with their source
 - ``focalcal_book.released``      tables, verdicts and figures of the released-models pages
+- ``focalcal_book.training_length``, ``mukhoti_fmnist``, ``psi_capacity``, ``selection_surface``,
+  ``zhou_fmnist``: the run tables, figures and verdicts of the experiment pages of those names
 """
