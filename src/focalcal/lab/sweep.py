@@ -2,8 +2,9 @@
 
 ::
 
-    python -m focalcal.lab.sweep --profile {smoke,cpu,paper} [--out DIR] [--executor local|slurm]
-                                 [--jobs N] [--only PATTERN] [--list]
+    python -m focalcal.lab.sweep --profile {smoke,cpu,gpu,paper} [--out DIR] [--executor local|slurm]
+                                 [--jobs N] [--only PATTERN] [--list] [--shrink]
+                                 [--slurm-partition P] [--slurm-time MINUTES]
 
 A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`).
 Each run executes two papermill templates from ``notebooks/``:
@@ -314,11 +315,138 @@ SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
 
 
 def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
-               losses: Sequence[Loss] = PSI_LOSSES) -> list[Block]:
-    """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``."""
-    return [Block(["fashion_mnist"], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC,
-                  model_params=mlp)
-            for mlp, t in ((PSI_SMALL_MLP, train), (PSI_LARGE_MLP, train), (PSI_LARGE_MLP, small_data))]
+               losses: Sequence[Loss] = PSI_LOSSES, dataset: str = "fashion_mnist",
+               in_features: int = 784) -> list[Block]:
+    """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``
+    (the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR)."""
+    small = {**PSI_SMALL_MLP, "in_features": in_features}
+    large = {**PSI_LARGE_MLP, "in_features": in_features}
+    return [Block([dataset], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp)
+            for mlp, t in ((small, train), (large, train), (large, small_data))]
+
+
+# ------------------------------------------------------------------------ the gpu profile ---
+# One modern GPU for about a working day: the papers' main networks (ResNet-50 and
+# Wide-ResNet-26-10, Mukhoti et al. 2020 Table 1; Komisarenko & Kull 2024 Table 1) on CIFAR-10 and
+# CIFAR-100, one seed, the papers' CIFAR schedule (SGD, momentum 0.9, weight decay 5e-4, learning
+# rate 0.1, batch 128, / 10 at 150/350 and 250/350 of the epochs) compressed from 350 to 60 epochs:
+# drops after epochs 26 and 43. Mukhoti et al. (Sec. 3, Fig. 2) show cross-entropy's test NLL
+# rising right after the first drop (epoch 150), once the network fits its training set, while the
+# test error keeps falling; the 17 epochs at 0.01 and 17 at 0.001 that follow the drops here are
+# several times what a ResNet-50 needs to fit CIFAR-10's training set at those rates, so the
+# overfitting that focal loss is meant to prevent shows up, as it does in the cpu profile's
+# 18-epoch Fashion-MNIST runs (8 epochs before the first drop).
+# Training data: all 45 000 training images (5 000 held out for validation, as in the papers), the
+# full test set; per-epoch records on all of them (an evaluation pass is about a tenth of an epoch
+# on a GPU). The loaders use worker processes and pinned memory ("auto"), the trainer bf16 autocast
+# and channels_last (TrainSettings "auto" on CUDA). torch.compile stays off: it is untested on the
+# papers' networks here; pass "torch_compile": True in GPU_TRAIN to try it.
+#
+# Expected cost on one H100 (an ESTIMATE, not a measurement: no GPU was at hand when this profile
+# was written). ResNet-50 for 32x32 inputs (3x3 stem, no max-pool) costs about 1.3 GFLOPs per image
+# forward (torchvision's 4.1 at 224x224 with its stage-1 maps at 56x56; here 32x32), so about
+# 4 GFLOPs per training image and 1.8e14 per epoch of 45 000 images; at the 30-50 TFLOP/s that
+# eager PyTorch reaches on such small maps with bf16 and channels_last, and with about 350 steps of
+# launch overhead, about 8-12 s per epoch, evaluation included. Wide-ResNet-26-10 (36.5 M
+# parameters, about 5 GFLOPs per image forward) uses the tensor cores better: about 12-18 s per
+# epoch. Call it 10 s and 15 s:
+#   main comparison  2 datasets x (10 + 15 s) x 60 epochs x 7 losses       ~ 21 000 s  5.8 h
+#   other losses     CIFAR-10 ResNet-50, 11 losses x 60 epochs x 10 s      ~  6 600 s  1.8 h
+#   training length  CIFAR-10 ResNet-50, 4 losses x 30 epochs x 10 s      ~  1 200 s  0.3 h
+#   curvature, Psi   MLPs on CIFAR-10 (33 + 36 runs of a few seconds an epoch; papermill's
+#                    start, about 15 s a run, dominates)                  ~  3 600 s  1.0 h
+#   in all (112 runs), with --jobs 1                                       ~ 32 400 s  9 h
+# The MLP runs leave the GPU mostly idle: `--jobs 2` overlaps them with the networks' runs.
+GPU_TRAIN = {"epochs": 60, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd", "lr": 0.1,
+             "device": "auto", "train_subset": 0, "eval_subset": 0}
+# Mukhoti et al.'s Fig. 1 (training-set reliability) for the Fig. 3 losses: logits of the
+# training split after epochs 5, 20 (before the first drop), 40 and 60
+GPU_FIG1_TRAIN = {**GPU_TRAIN, "logits_epochs": [5, 20, 40, 60], "train_logits": True}
+# the losses that the cpu profile trains with the gradient norm clipped at 2 are clipped here too,
+# so that the two profiles compare the same recipes (Mukhoti et al.'s released code clips every loss)
+GPU_CLIPPED_TRAIN = {**GPU_TRAIN, "clip_grad_norm": 2.0}
+GPU_MODELS = ("resnet50", "wide_resnet26_10")
+CIFAR = ("cifar10", "cifar100")
+# FLSc-531's gamma steps (after 100 and 250 of 350 epochs) at 60 epochs
+GPU_FLSC531 = loss("flsc531", milestones=[17, 43], label="FLSc-531")
+#: the Fashion-MNIST comparison's losses other than the main seven (Mukhoti's baselines, Zhou's
+#: losses, K&K's FL-7 and AdaFocal), for CIFAR-10 ResNet-50 only
+GPU_OTHER_LOSSES = ((MUKHOTI_BASELINES[0], MUKHOTI_BASELINES[1], GPU_FLSC531, MUKHOTI_BASELINES[3])
+                    + ZHOU_LOSSES + KK_EXTRA_LOSSES)
+# Training length: ResNet-50 on CIFAR-10 at a constant learning rate 0.01 (0.1 would keep the
+# network far from fitting its training set), logits after 1-30 epochs
+GPU_LENGTH_TRAIN = {**GPU_TRAIN, "epochs": 30, "schedule": None, "lr": 0.01,
+                    "logits_epochs": [1, 2, 3, 5, 10, 20, 30]}
+# Curvature (Kimura & Naganuma 2024, Figs. 2-4) and Psi (Charoenphakdee et al. 2021, Figs. 4-6):
+# the cpu profile's MLPs, reading CIFAR-10's 3 072 inputs, on all 45 000 training images; the
+# Hessian-vector products of the curvature measurement and of the Tr(H) penalty stay cheap on an MLP
+# (a penalty step on a ResNet-50 would cost several ordinary steps). Psi's small-data setting keeps
+# a tenth of the training images (4 500), as their CIFAR10-s does.
+CIFAR_INPUTS = 3 * 32 * 32
+GPU_CURVATURE_MLP = {**CURVATURE_MLP, "in_features": CIFAR_INPUTS}
+GPU_CURVATURE_TRAIN = {**CPU_CURVATURE_TRAIN, "train_subset": 0, "eval_subset": 0}
+GPU_PSI_TRAIN = {**CPU_PSI_TRAIN, "train_subset": 0, "eval_subset": 0, "record_subset": 0}
+GPU_PSI_SMALL_DATA_TRAIN = {**GPU_PSI_TRAIN, "train_subset": 4500}
+
+
+def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, Any],
+                seeds: Sequence[int], models: Sequence[str], other_losses: Sequence[Loss],
+                analysis_seeds: Sequence[int]) -> list[Block]:
+    """The blocks shared by the gpu and paper profiles: the main comparison on CIFAR-10/100
+    (``models``), the other losses on CIFAR-10 ResNet-50, and the training-length, curvature and
+    Psi analogues of the cpu profile's blocks."""
+    clipped_main = tuple(lo for lo in CLIPPED_LOSSES if lo.name == "dual_focal")
+    clipped_other = tuple(lo for lo in CLIPPED_LOSSES if lo.name != "dual_focal")
+    return [
+        Block(CIFAR, models, FIG3_LOSSES, seeds, train=fig1),
+        Block(CIFAR, models, (TABLE1_LOSSES[3], TABLE1_LOSSES[4]), seeds, train=train),
+        Block(CIFAR, models, clipped_main, seeds, train=clipped),
+        Block(["cifar10"], ["resnet50"], other_losses, seeds, train=train),
+        Block(["cifar10"], ["resnet50"], clipped_other, seeds, train=clipped),
+        Block(["cifar10"], ["resnet50"], LENGTH_LOSSES, seeds, train=GPU_LENGTH_TRAIN, posthoc=SMOKE_POSTHOC),
+        Block(["cifar10"], ["mlp"], curvature_losses()[0], analysis_seeds, train=GPU_CURVATURE_TRAIN,
+              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP),
+        Block(["cifar10"], ["mlp"], curvature_losses()[1], analysis_seeds[:2], train=GPU_CURVATURE_TRAIN,
+              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP),
+        *psi_blocks(GPU_PSI_TRAIN, GPU_PSI_SMALL_DATA_TRAIN, analysis_seeds[:2], dataset="cifar10",
+                    in_features=CIFAR_INPUTS)]
+
+
+# ---------------------------------------------------------------------- the paper profile ---
+# The papers' full grids: CIFAR-10/100 on ResNet-50, ResNet-110, Wide-ResNet-26-10 and
+# DenseNet-121 (Mukhoti et al. Table 1; Komisarenko & Kull Table 1) with every loss of the
+# Fashion-MNIST comparison, 350 epochs, 5 seeds; Tiny-ImageNet on the papers' ResNet-50 (100
+# epochs, batch 64, drops after 40 and 60); the gpu profile's training-length, curvature and Psi
+# blocks with 5 seeds. For a SLURM cluster (one GPU and 8 cores per run; --executor slurm).
+# Expected cost (an ESTIMATE from the gpu profile's per-epoch figures, H100-class GPUs): ResNet-50
+# ~1 h a run, ResNet-110 ~2 h, WRN-26-10 ~1.5 h, DenseNet-121 ~2 h; 2 datasets x 18 losses x 5 seeds
+# x ~6.5 h over the four networks ~ 1 170 GPU-hours; Tiny-ImageNet (90 000 images of 64x64, about
+# 8x a CIFAR epoch, 100 epochs) 18 x 5 x ~2.2 h ~ 200 GPU-hours; the rest (training length,
+# MLPs) ~ 30 GPU-hours; in all about 1 400 GPU-hours (917 runs), about 3 days on 20 GPUs.
+PAPER_TRAIN = {**GPU_TRAIN, "epochs": 350}
+PAPER_FLSC531 = loss("flsc531", milestones=[100, 250], label="FLSc-531")
+PAPER_OTHER_LOSSES = tuple(PAPER_FLSC531 if lo.name == "flsc531" else lo for lo in GPU_OTHER_LOSSES)
+PAPER_MODELS = ("resnet50", "resnet110", "wide_resnet26_10", "densenet121")
+PAPER_SEEDS = (0, 1, 2, 3, 4)
+PAPER_TINY_TRAIN = {**PAPER_TRAIN, "epochs": 100, "schedule": "paper_tiny_imagenet", "batch_size": 64}
+
+
+def _paper_blocks() -> list[Block]:
+    blocks = _gpu_blocks(PAPER_TRAIN, {**PAPER_TRAIN, "logits_epochs": [10, 100, 200, 350], "train_logits": True},
+                         {**PAPER_TRAIN, "clip_grad_norm": 2.0}, PAPER_SEEDS, PAPER_MODELS,
+                         PAPER_OTHER_LOSSES, PAPER_SEEDS)
+    # the other losses on the whole grid, not on CIFAR-10 ResNet-50 alone
+    blocks[3] = Block(CIFAR, PAPER_MODELS, PAPER_OTHER_LOSSES, PAPER_SEEDS, train=PAPER_TRAIN)
+    blocks[4] = Block(CIFAR, PAPER_MODELS, blocks[4].losses, PAPER_SEEDS, train=blocks[4].train)
+    # Tiny-ImageNet: every loss; FLSc-531's steps at 100/350 and 250/350 of its 100 epochs
+    tiny_flsc = loss("flsc531", milestones=[29, 71], label="FLSc-531")
+    unclipped = [lo for lo in FMNIST_LOSSES if lo not in CLIPPED_LOSSES]
+    tiny = [Block(["tiny_imagenet"], ["resnet50_tiny"],
+                  [tiny_flsc if lo.name == "flsc531" else lo for lo in unclipped], PAPER_SEEDS,
+                  train=PAPER_TINY_TRAIN),
+            Block(["tiny_imagenet"], ["resnet50_tiny"], CLIPPED_LOSSES, PAPER_SEEDS,
+                  train={**PAPER_TINY_TRAIN, "clip_grad_norm": 2.0})]
+    return blocks + tiny
 
 
 PROFILES: dict[str, Profile] = {
@@ -355,23 +483,92 @@ PROFILES: dict[str, Profile] = {
          Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC),
          *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
+    "gpu": Profile(
+        "CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, the papers' schedule compressed "
+        "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 9 hours)",
+        _gpu_blocks(GPU_TRAIN, GPU_FIG1_TRAIN, GPU_CLIPPED_TRAIN, [0], GPU_MODELS, GPU_OTHER_LOSSES,
+                    [0, 1, 2])),
     "paper": Profile(
-        "CIFAR-10/100 and Tiny-ImageNet with the papers' models, schedules and 5 seeds (GPU)",
-        [Block(["cifar10", "cifar100"], ["resnet50", "resnet110", "wide_resnet26_10", "densenet121"],
-               TABLE1_LOSSES, [0, 1, 2, 3, 4],
-               train={"epochs": 350, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd",
-                      "lr": 0.1, "device": "auto", "train_subset": 0, "eval_subset": 0}),
-         Block(["tiny_imagenet"], ["resnet50_tiny"], TABLE1_LOSSES, [0, 1, 2, 3, 4],
-               train={"epochs": 100, "schedule": "paper_tiny_imagenet", "batch_size": 64,
-                      "optimizer": "sgd", "lr": 0.1, "device": "auto", "train_subset": 0,
-                      "eval_subset": 0})]),
+        "CIFAR-10/100 and Tiny-ImageNet with the papers' networks, schedules and losses, 5 seeds "
+        "(a SLURM cluster: about 1 400 GPU-hours)",
+        _paper_blocks()),
 }
 
 
-def get_profile(name: str) -> Profile:
+def get_profile(name: str, *, shrunk: bool = False) -> Profile:
+    """``PROFILES[name]``, or its :func:`shrink` version (``shrunk=True``)."""
     if name not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {name!r}")
-    return PROFILES[name]
+    return shrink(PROFILES[name]) if shrunk else PROFILES[name]
+
+
+#: the smallest variants of the networks that take a size (the others have none: ResNet-50 stays)
+SHRUNK_MODEL_PARAMS: dict[str, dict[str, Any]] = {"wide_resnet26_10": {"depth": 8, "width": 1}}
+
+
+def _page_losses() -> list[Loss]:
+    # the losses the smoke profile trains on image data: those every experiment page's smoke build
+    # has (a list: a loss's parameters may hold lists, which do not hash)
+    return [r.loss for r in PROFILES["smoke"].expand() if r.dataset == "fashion_mnist"]
+
+
+def shrink(profile: Profile, *, epochs: int = 1, train_subset: int = 32, eval_subset: int = 32,
+           batch_size: int = 16, losses: Iterable[Loss] | None = None, losses_per_block: int = 2,
+           model_params: dict[str, dict[str, Any]] | None = None) -> Profile:
+    """A tiny version of ``profile`` with its structure (datasets, networks, blocks, settings that
+    change what a run records), to run on a CPU in minutes: every code path but the hardware.
+
+    Each block keeps its datasets, networks and first seed, and of its losses at most
+    ``losses_per_block`` of those in ``losses``, in that order (default: the losses the smoke
+    profile trains on Fashion-MNIST, so CE, focal loss with gamma = 3, the curvature and Psi
+    chapters' pairs: what every experiment page compares); a block left without a loss is dropped. Its training runs ``epochs`` epochs on ``batch_size``-image
+    batches of ``eval_subset`` validation and test images and of ``train_subset`` training images
+    where the block used all of them; blocks that capped the training split keep their order of
+    sizes (the largest cap gets ``train_subset // 2``, the next ``// 4``, ...), so that the Psi
+    blocks' full and small-data settings stay apart. Saved-logits epochs become ``[epochs]``,
+    ``record_subset`` and the curvature measurement shrink to a few samples and steps, the
+    networks of ``model_params`` (default :data:`SHRUNK_MODEL_PARAMS`) get those keyword
+    arguments, and the post-hoc step searches a coarse focal-TS grid (the smoke profile's).
+
+    Raises
+    ------
+    ValueError
+        ``epochs``, ``train_subset``, ``eval_subset`` or ``batch_size`` not a positive integer, or
+        the shrunk blocks collide (two runs with the same id).
+    """
+    from .._validation import check_int
+
+    epochs = check_int(epochs, "epochs")
+    train_subset = check_int(train_subset, "train_subset")
+    eval_subset = check_int(eval_subset, "eval_subset")
+    batch_size = check_int(batch_size, "batch_size")
+    losses_per_block = check_int(losses_per_block, "losses_per_block")
+    keep = _page_losses() if losses is None else list(losses)
+    shapes = SHRUNK_MODEL_PARAMS if model_params is None else model_params
+    capped = sorted({int(b.train.get("train_subset", 0)) for b in profile.blocks} - {0}, reverse=True)
+    blocks = []
+    for b in profile.blocks:
+        chosen = sorted((lo for lo in b.losses if lo in keep), key=keep.index)[:losses_per_block]
+        if not chosen:
+            continue
+        t = dict(b.train)
+        cap = int(t.get("train_subset", 0))
+        t.update(epochs=epochs, batch_size=batch_size, eval_subset=eval_subset,
+                 train_subset=max(batch_size, train_subset >> (capped.index(cap) + 1)) if cap else train_subset)
+        if t.get("logits_epochs"):
+            t["logits_epochs"] = [epochs]
+        if t.get("record_subset"):
+            t["record_subset"] = max(1, eval_subset // 2)
+        if t.get("curvature_samples"):
+            t.update(curvature_samples=eval_subset, curvature_iters=3, curvature_probes=2)
+        for model in b.models:
+            blocks.append(Block(b.datasets, [model], chosen, list(b.seeds)[:1], train=t,
+                                posthoc={**b.posthoc, **SMOKE_POSTHOC},
+                                model_params={**b.model_params, **shapes.get(model, {})}))
+    small = Profile(f"{profile.description} -- shrunk: {epochs} epoch(s), {train_subset} training "
+                    f"images, batches of {batch_size}", blocks)
+    small.expand()  # raises on colliding runs
+    return small
 
 
 # --------------------------------------------------------------------------------------------
@@ -720,11 +917,12 @@ def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
     return table
 
 
-def select_runs(profile: str, only: str | None = None) -> list[RunSpec]:
-    """The runs of ``profile``, or those whose run id matches the ``fnmatch`` pattern ``only``."""
+def select_runs(profile: str, only: str | None = None, *, shrunk: bool = False) -> list[RunSpec]:
+    """The runs of ``profile`` (its :func:`shrink` version with ``shrunk``), or those whose run id
+    matches the ``fnmatch`` pattern ``only``."""
     import fnmatch
 
-    runs = get_profile(profile).expand()
+    runs = get_profile(profile, shrunk=shrunk).expand()
     if only is None:
         return runs
     chosen = [r for r in runs if fnmatch.fnmatchcase(r.run_id, only)]
@@ -736,11 +934,14 @@ def select_runs(profile: str, only: str | None = None) -> list[RunSpec]:
 
 def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: str = "local",
               jobs: int = 1, progress: bool = True, only: str | None = None,
-              submitit_cluster: str | None = None, slurm: dict[str, Any] | None = None):
+              submitit_cluster: str | None = None, slurm: dict[str, Any] | None = None,
+              shrunk: bool = False):
     """Execute every pending run of ``profile`` and return the collected results table.
 
-    ``out`` defaults to ``runs/<profile>`` under the working directory; ``only`` (an
-    ``fnmatch`` pattern on the run id) restricts the sweep to the runs it matches.
+    ``out`` defaults to ``runs/<profile>`` under the working directory (``runs/<profile>-shrunk``
+    with ``shrunk``: the profile's :func:`shrink` version, e.g. the gpu profile's runs on a CPU in
+    minutes); ``only`` (an ``fnmatch`` pattern on the run id) restricts the sweep to the runs it
+    matches.
     ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
     the fork server of ``multiprocessing``, its output in ``<run>/run.log``), with
     ``cpu_count // jobs`` threads per run; ``"slurm"`` submits one job per run through submitit
@@ -756,8 +957,8 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
         raise ValueError(f"executor must be 'local' or 'slurm'; got {executor!r}")
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer; got {jobs!r}")
-    runs = select_runs(profile, only)
-    out = Path("runs", profile) if out is None else Path(out)
+    runs = select_runs(profile, only, shrunk=shrunk)
+    out = default_out(profile, shrunk) if out is None else Path(out)
     todo = pending(runs, out)
     if todo:
         check_templates(todo)
@@ -778,6 +979,11 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
         raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: "
                            f"{out / 'runs'}/<run>/run.log):\n{msg}")
     return table
+
+
+def default_out(profile: str, shrunk: bool = False) -> Path:
+    """``runs/<profile>``, or ``runs/<profile>-shrunk`` for the :func:`shrink` version."""
+    return Path("runs", f"{profile}-shrunk" if shrunk else profile)
 
 
 def _list_runs(runs: list[RunSpec], out: Path) -> None:
@@ -802,18 +1008,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only the runs whose id matches this fnmatch pattern, e.g. 'fashion_mnist-*-s0-*'")
     p.add_argument("--list", action="store_true",
                    help="print the runs (dataset, network, loss, seed, epochs, done or pending) and exit")
+    p.add_argument("--shrink", action="store_true",
+                   help="run the profile's tiny version (1 epoch, a few batches, small networks; "
+                        "sweep.shrink): every code path of e.g. the gpu profile on a CPU in minutes "
+                        "(default --out: runs/<profile>-shrunk)")
     p.add_argument("--slurm-partition", default=None)
+    p.add_argument("--slurm-time", type=int, default=None, metavar="MINUTES",
+                   help="time limit of each SLURM job (default 1440)")
     args = p.parse_args(argv)
     if not args.profile:
         p.error("--profile is required")
-    out = Path(args.out) if args.out is not None else Path("runs", args.profile)
+    out = Path(args.out) if args.out is not None else default_out(args.profile, args.shrink)
     try:
         if args.list:
-            _list_runs(select_runs(args.profile, args.only), out)
+            _list_runs(select_runs(args.profile, args.only, shrunk=args.shrink), out)
             return 0
         slurm = {"slurm_partition": args.slurm_partition} if args.slurm_partition else {}
+        if args.slurm_time is not None:
+            slurm["timeout_min"] = args.slurm_time
         table = run_sweep(args.profile, out, executor=args.executor, jobs=args.jobs, only=args.only,
-                          slurm=slurm)
+                          slurm=slurm, shrunk=args.shrink)
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
