@@ -57,7 +57,7 @@ def test_shrink_keeps_the_structure_and_the_pages_losses():
     runs = small.expand()
     assert len(runs) < 25
     assert {(r.dataset, r.model) for r in runs} == {(r.dataset, r.model) for r in sweep.PROFILES["gpu"].expand()
-                                                   if r.loss in sweep._page_losses()}
+                                                   if r.loss in sweep.page_losses()}
     for r in runs:
         t = dict(r.train)
         assert t["epochs"] == 1 and t["eval_subset"] == 32 and r.seed == 0

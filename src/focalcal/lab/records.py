@@ -32,6 +32,7 @@ the logits.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
 from typing import Any
@@ -43,7 +44,8 @@ from .._validation import check_labels, check_logits
 from ..metrics import ece
 from .models import last_linear
 
-__all__ = ["GRAD_NORM_EDGES", "select_device", "device_name", "prediction_stats", "evaluate", "grad_norm_summary",
+__all__ = ["GRAD_NORM_EDGES", "select_device", "device_name", "hardware_record", "loader_record",
+           "prediction_stats", "evaluate", "grad_norm_summary",
            "last_layer_grad_norms", "FeatureHook"]
 
 #: bin edges of the per-sample gradient-norm histograms: 4 bins per decade, 1e-8 .. 1e3
@@ -73,6 +75,24 @@ def device_name(device: str | torch.device = "auto") -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     return dev.type
+
+
+def hardware_record(device: str | torch.device, history: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a run's ``config.json`` records as its ``hardware``: the ``device``, its
+    :func:`device_name`, and the median ``throughput`` (training images/s) of the epoch records in
+    ``history`` (``None`` when none has one: before the first epoch, or records of older code)."""
+    rates = [r["throughput"] for r in history if r.get("throughput") is not None]
+    return {"device": str(device), "device_name": device_name(device),
+            "throughput": float(statistics.median(rates)) if rates else None}
+
+
+def loader_record(loader: Any) -> dict[str, Any]:
+    """``{"loader": {"num_workers": n, "pin_memory": b}}`` for a loader with worker processes or
+    pinned memory (a GPU run's), else ``{}``, so that the records of the other runs stay as they
+    were (the workers change the augmentation's random stream, not its distribution)."""
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    pinned = bool(getattr(loader, "pin_memory", False))
+    return {"loader": {"num_workers": workers, "pin_memory": pinned}} if workers or pinned else {}
 
 
 def prediction_stats(logits: Any, labels: Any, *, n_bins: int = 15) -> dict[str, float | None]:

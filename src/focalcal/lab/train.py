@@ -71,9 +71,9 @@ from tqdm import tqdm
 from .._validation import check_choice, check_int, check_positive
 from .io import atomic_torch_save, atomic_write_json, torch_load
 from .models import count_parameters, last_linear
-from .records import (GRAD_NORM_EDGES, FeatureHook, device_name, evaluate, grad_norm_summary,
-                      last_layer_grad_norms, prediction_stats, prefixed, select_device, split_batch,
-                      to_device)
+from .records import (GRAD_NORM_EDGES, FeatureHook, evaluate, grad_norm_summary, hardware_record,
+                      last_layer_grad_norms, loader_record, prediction_stats, prefixed, select_device,
+                      split_batch, to_device)
 
 # select_device, prediction_stats, evaluate and GRAD_NORM_EDGES are importable from here as well;
 # they belong to (and are documented in) focalcal.lab.records
@@ -743,27 +743,10 @@ class Trainer:
             "loss": {"class": type(self.loss_fn).__name__, "repr": repr(self.loss_fn)},
             "data": {name: _dataset_size(loader) for name, loader in
                      (("train", ld.train), ("val", ld.val), ("test", ld.test))},
-            **_loader_settings(ld.train),
-            "hardware": self._hardware(),
+            **loader_record(ld.train),
+            "hardware": hardware_record(self.device, self.history),
             "versions": _versions(),
         }))
-
-    def _hardware(self) -> dict[str, Any]:
-        """The device the run trained on and its median training throughput (images/s) over the
-        epochs recorded so far (``None`` before the first epoch); the per-epoch values are the
-        records' ``throughput``."""
-        rates = [r["throughput"] for r in self.history if r.get("throughput") is not None]
-        return {"device": str(self.device), "device_name": device_name(self.device),
-                "throughput": float(np.median(rates)) if rates else None}
-
-
-def _loader_settings(loader: Iterable) -> dict[str, Any]:
-    """``{"loader": {"num_workers": n, "pin_memory": b}}`` for a loader with worker processes or
-    pinned memory (a GPU run's), else nothing, so that the records of the other runs stay as
-    they were. The workers change the augmentation's random stream, not the distribution."""
-    workers = int(getattr(loader, "num_workers", 0) or 0)
-    pinned = bool(getattr(loader, "pin_memory", False))
-    return {"loader": {"num_workers": workers, "pin_memory": pinned}} if workers or pinned else {}
 
 
 def _dataset_size(loader: Iterable | None) -> int | None:
