@@ -165,6 +165,16 @@ def test_compile_reaches_torch_compile_and_trains_as_eager(tmp_path, monkeypatch
         TrainSettings(epochs=1, compile="yes")
 
 
+def test_compile_with_inductor_on_the_cpu_matches_eager(tmp_path):
+    # the real torch.compile (inductor builds C++ kernels: about 20 s on 2 cores); float
+    # reassociation in the fused kernels allows differences at float32 rounding level
+    compiled = _fit(tmp_path / "c", compile=True)
+    eager = _fit(tmp_path / "e")
+    torch.testing.assert_close(compiled.test_logits, eager.test_logits, rtol=1e-5, atol=1e-5)
+    for rec_c, rec_e in zip(compiled.history, eager.history):
+        assert rec_c["test_nll"] == pytest.approx(rec_e["test_nll"], rel=1e-5)
+
+
 def test_device_and_throughput_are_recorded(tmp_path):
     r = _fit(tmp_path)
     assert all(rec["throughput"] > 0 for rec in r.history)
