@@ -1,5 +1,7 @@
 # focalcal: two commands on a fresh machine.
 #   make book   create .venv, install, run the default experiment sweep, execute every chapter, build HTML
+#               (PROFILE=cpu|gpu|paper picks the sweep, RUNS=DIR its results folder, SWEEP=0 builds from
+#               the results already in RUNS without running anything, e.g. those copied from a GPU box)
 #   make test   create/reuse .venv, run the full test suite (unit, property, oracle, chapters, smoke sweep, book)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,6 +15,12 @@ PROFILE ?= cpu
 RUNS   ?= runs/$(PROFILE)
 # runs at a time in `make sweep` and `make book` (the cpu profile is sized for 2 cores)
 JOBS   ?= 2
+# local: JOBS runs at a time on this machine; slurm: one SLURM job per run through submitit
+# (the paper profile; SWEEP_ARGS="--slurm-partition gpu --slurm-time 1440" passes the rest)
+EXECUTOR ?= local
+SWEEP_ARGS ?=
+# 1: `make book` runs (resumes) the sweep first; 0: it builds from the results already in RUNS
+SWEEP ?= 1
 
 # The published logits (the CIFAR-10 ResNet-50 runs and Mukhoti et al.'s released networks): a local
 # copy of the directory holding both folders wins over the download. It is looked for beside the
@@ -28,10 +36,12 @@ export FOCALCAL_LOGITS_ROOT ?= $(SHARED_LOGITS)
 endif
 export PYTHONHASHSEED := 0
 
-.PHONY: help install system-deps test test-fast lint-imports book sweep bench lab serve lock clean
+.PHONY: help install system-deps test test-fast lint-imports book sweep results-present bench lab serve lock clean
 
 help:
 	@echo "make book    build the book into _build/html (runs the '$(PROFILE)' sweep first)"
+	@echo "             PROFILE=cpu|gpu|paper RUNS=dir; SWEEP=0 builds from the results in RUNS"
+	@echo "make sweep   run (resume) the '$(PROFILE)' sweep into $(RUNS) (EXECUTOR=local|slurm, JOBS=n)"
 	@echo "make test    run the whole test suite"
 	@echo "make bench   print the speed benchmarks"
 	@echo "make lab     open the repository in JupyterLab (LAB_ARGS=... passes options)"
@@ -79,7 +89,18 @@ lint-imports: install
 	$(BIN)/lint-imports
 
 sweep: install
-	$(BIN)/python -m focalcal.lab.sweep --profile $(PROFILE) --out $(RUNS) --executor local --jobs $(JOBS)
+	$(BIN)/python -m focalcal.lab.sweep --profile $(PROFILE) --out $(RUNS) --executor $(EXECUTOR) \
+	  --jobs $(JOBS) $(SWEEP_ARGS)
+
+# the results the book reads: the sweep's (SWEEP=1), or a folder of finished runs given as RUNS (SWEEP=0)
+ifeq ($(SWEEP),0)
+RESULTS_DEP := results-present
+else
+RESULTS_DEP := sweep
+endif
+
+results-present:
+	@test -f $(RUNS)/results.csv || { echo "SWEEP=0: no $(RUNS)/results.csv; give RUNS=<folder of a finished sweep> (make sweep PROFILE=$(PROFILE) writes one)" >&2; exit 1; }
 
 # jupyter-cache keys a chapter on its own cells: when the library changes, the cached outputs of
 # the theory chapters would be stale, so the cache is dropped whenever src/focalcal/ is newer
@@ -90,7 +111,7 @@ $(CACHE_STAMP): $(shell find src/focalcal book/_lib/focalcal_book -name '*.py')
 
 # --all makes Sphinx read every page again, so the experiment pages (execution_mode: force) always
 # re-execute on the sweep's current results; the theory chapters come from the execution cache.
-book: install sweep $(CACHE_STAMP)
+book: install $(RESULTS_DEP) $(CACHE_STAMP)
 	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . --all -W -n --keep-going
 	@echo
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"

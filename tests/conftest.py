@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,5 +85,66 @@ def smoke_runs() -> Path:
                           cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"smoke sweep failed (exit {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}")
+    (out / "CODE_KEY").write_text(key + "\n")
+    return out
+
+
+# torchvision's on-disk layout of the CIFAR python batches (what focalcal.lab.data.images reads)
+CIFAR_LAYOUT = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch",
+                            "batches.meta", "label_names", "labels", 10),
+                "cifar100": ("cifar-100-python", ["train"], "test", "meta", "fine_label_names",
+                             "fine_labels", 100)}
+
+
+def write_cifar(root: Path, name: str, n_train: int = 400, n_test: int = 64, seed: int = 0) -> Path:
+    """Write a small CIFAR-10 or CIFAR-100 in torchvision's layout under ``root`` (``root/cifar-10-
+    batches-py/data_batch_1..5``, ``test_batch``, ``batches.meta``; ``root/cifar-100-python/train``,
+    ``test``, ``meta``): python pickles of ``data`` (uint8, (N, 3072), channel planes row-major) and
+    the labels (``i % K``), with each class's images brighter by its own offset so a network can
+    learn something. Returns ``root``."""
+    folder_name, train_files, test_file, meta, names_key, labels_key, k = CIFAR_LAYOUT[name]
+    folder = root / folder_name
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+
+    def batch(n: int, start: int) -> dict:
+        labels = [(start + i) % k for i in range(n)]
+        data = rng.integers(0, 128, size=(n, 3072), dtype="uint8")
+        data += (np.asarray(labels, dtype="uint8") * (127 // k))[:, None]
+        return {"data": data, labels_key: labels}
+
+    per_file = n_train // len(train_files)
+    for i, fname in enumerate(train_files):
+        with open(folder / fname, "wb") as f:
+            pickle.dump(batch(per_file, i * per_file), f)
+    with open(folder / test_file, "wb") as f:
+        pickle.dump(batch(n_test, 0), f)
+    with open(folder / meta, "wb") as f:
+        pickle.dump({names_key: [f"class{i}" for i in range(k)]}, f)
+    return root
+
+
+@pytest.fixture(scope="session")
+def gpu_shrunk_runs() -> Path:
+    """The gpu profile shrunk (``sweep.shrink``: 1 epoch, a few batches, the pages' losses) and run
+    on this machine's CPU on CIFAR-10 and CIFAR-100 data written in torchvision's layout; returns
+    its folder (``runs/<run>/...`` and ``results.csv``, as the cpu profile's), cached per version of
+    the code like :func:`smoke_runs` (``_build/test/runs-gpu-shrunk-<code_key()>``)."""
+    key = code_key()
+    out = ROOT / "_build" / "test" / f"runs-gpu-shrunk-{key}"
+    for old in out.parent.glob("runs-gpu-shrunk*"):
+        if old != out and old.is_dir() and time.time() - old.stat().st_mtime > 86400:
+            shutil.rmtree(old, ignore_errors=True)
+    data = out / "data"
+    for name in CIFAR_LAYOUT:
+        write_cifar(data, name)
+    # the runs' kernels inherit the environment: the datasets' root, and no GPU even where there is one
+    env = {**os.environ, "FOCALCAL_DATA": str(data), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "focalcal.lab.sweep", "--profile", "gpu", "--shrink",
+                           "--out", str(out), "--executor", "local", "--jobs", "2"],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        pytest.fail(f"shrunk gpu sweep failed (exit {proc.returncode}):\n{proc.stdout[-5000:]}\n"
+                    f"{proc.stderr[-5000:]}")
     (out / "CODE_KEY").write_text(key + "\n")
     return out

@@ -158,6 +158,7 @@ def test_templates_execute_with_defaults(tmp_path):
     ({"epoch": 2}, "unknown parameter 'epoch' (did you mean 'epochs'?)"),
     ({"train_logits": True}, "train_logits=True needs logits_epochs"),
     ({"record_subset": -5}, "record_subset must be an integer >= 0"),
+    ({"num_workers": "many"}, "num_workers must be 'auto' or an integer >= 0"),
 ])
 def test_train_template_rejects_bad_parameters(tmp_path, parameters, message):
     with pytest.raises(pm.PapermillExecutionError) as err:

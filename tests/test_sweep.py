@@ -90,7 +90,7 @@ def test_train_settings_and_subsets():
 
 
 def test_bad_arguments(tmp_path):
-    with pytest.raises(ValueError, match="profile must be one of smoke, cpu, paper"):
+    with pytest.raises(ValueError, match="profile must be one of smoke, cpu, gpu, paper"):
         sweep.run_sweep("nope", tmp_path)
     with pytest.raises(ValueError, match="executor must be 'local' or 'slurm'"):
         sweep.run_sweep("smoke", tmp_path, executor="pbs")

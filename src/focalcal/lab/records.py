@@ -13,7 +13,8 @@ extra cost; a ``train_eval_loader`` adds a clean pass, recorded as ``train_eval_
 empty group are ``None``.
 
 Also: ``epoch`` (1-based), ``lr`` (used during the epoch), ``train_loss`` (mean training
-objective), ``time_s``, ``weight_norm`` (Frobenius norm of the last linear layer's weight, Fig. 3e),
+objective), ``time_s`` (the whole epoch, evaluation included), ``throughput`` (training images per
+second of the epoch's training pass alone: its optimiser steps, data loading included), ``weight_norm`` (Frobenius norm of the last linear layer's weight, Fig. 3e),
 ``feature_norm`` (mean L2 norm of the last layer's input on the test split, else validation;
 Mukhoti et al. Fig. 10, :func:`evaluate`), and the per-sample gradient norms of the last layer over
 all training samples of the epoch (Fig. 4b-d, :func:`grad_norm_summary`): ``grad_norm_hist``
@@ -31,6 +32,7 @@ the logits.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
 from typing import Any
@@ -42,7 +44,8 @@ from .._validation import check_labels, check_logits
 from ..metrics import ece
 from .models import last_linear
 
-__all__ = ["GRAD_NORM_EDGES", "select_device", "prediction_stats", "evaluate", "grad_norm_summary",
+__all__ = ["GRAD_NORM_EDGES", "select_device", "device_name", "hardware_record", "loader_record",
+           "prediction_stats", "evaluate", "grad_norm_summary",
            "last_layer_grad_norms", "FeatureHook"]
 
 #: bin edges of the per-sample gradient-norm histograms: 4 bins per decade, 1e-8 .. 1e3
@@ -63,6 +66,33 @@ def select_device(device: str | torch.device = "auto") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     return dev
+
+
+def device_name(device: str | torch.device = "auto") -> str:
+    """What a run records as its hardware: the GPU's name (``torch.cuda.get_device_name``, e.g.
+    ``"NVIDIA H100 80GB HBM3"``) for a CUDA device, else the device type (``"cpu"``)."""
+    dev = select_device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return dev.type
+
+
+def hardware_record(device: str | torch.device, history: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a run's ``config.json`` records as its ``hardware``: the ``device``, its
+    :func:`device_name`, and the median ``throughput`` (training images/s) of the epoch records in
+    ``history`` (``None`` when none has one: before the first epoch, or records of older code)."""
+    rates = [r["throughput"] for r in history if r.get("throughput") is not None]
+    return {"device": str(device), "device_name": device_name(device),
+            "throughput": float(statistics.median(rates)) if rates else None}
+
+
+def loader_record(loader: Any) -> dict[str, Any]:
+    """``{"loader": {"num_workers": n, "pin_memory": b}}`` for a loader with worker processes or
+    pinned memory (a GPU run's), else ``{}``, so that the records of the other runs stay as they
+    were (the workers change the augmentation's random stream, not its distribution)."""
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    pinned = bool(getattr(loader, "pin_memory", False))
+    return {"loader": {"num_workers": workers, "pin_memory": pinned}} if workers or pinned else {}
 
 
 def prediction_stats(logits: Any, labels: Any, *, n_bins: int = 15) -> dict[str, float | None]:

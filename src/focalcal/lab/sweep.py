@@ -2,11 +2,13 @@
 
 ::
 
-    python -m focalcal.lab.sweep --profile {smoke,cpu,paper} [--out DIR] [--executor local|slurm]
-                                 [--jobs N] [--only PATTERN] [--list]
+    python -m focalcal.lab.sweep --profile {smoke,cpu,gpu,paper} [--out DIR] [--executor local|slurm]
+                                 [--jobs N] [--only PATTERN] [--list] [--shrink]
+                                 [--slurm-partition P] [--slurm-time MINUTES]
 
-A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`).
-Each run executes two papermill templates from ``notebooks/``:
+A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`,
+defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templates from
+``notebooks/``:
 
 1. ``train_classifier``: trains the model and saves validation/test logits into the run folder
    (the trainer checkpoints every epoch, so a killed run resumes where it stopped);
@@ -31,20 +33,20 @@ atomically, so nothing half-written is ever taken for a result.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import itertools
 import json
 import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .io import atomic_write_json, atomic_write_text
+# the runs and profiles live in focalcal.lab.profiles; every name of it stays importable from here
+from .profiles import *  # noqa: F401,F403
+from .profiles import RunSpec, get_profile
 
 TEMPLATES = ("train_classifier", "posthoc_calibration")
 RESULT = "result.json"
@@ -61,317 +63,6 @@ def templates_dir() -> Path:
     if env:
         return Path(env)
     return Path(str(resources.files("focalcal.lab") / "templates"))
-
-
-# --------------------------------------------------------------------------------------------
-# runs and profiles
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Loss:
-    """A training loss as the sweep names it: a ``focalcal.losses.make_loss`` key plus parameters."""
-
-    name: str
-    params: tuple[tuple[str, Any], ...] = ()
-    label: str | None = None
-
-    @property
-    def display(self) -> str:
-        if self.label:
-            return self.label
-        if not self.params:
-            return self.name
-        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
-
-
-def loss(name: str, label: str | None = None, **params: Any) -> Loss:
-    return Loss(name, tuple(sorted(params.items())), label)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run plus its post-hoc calibration."""
-
-    dataset: str
-    model: str
-    loss: Loss
-    seed: int
-    train: tuple[tuple[str, Any], ...] = ()
-    posthoc: tuple[tuple[str, Any], ...] = ()
-    #: keyword arguments of ``make_model`` (e.g. the MLP's ``in_features`` and ``hidden``)
-    model_params: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def run_id(self) -> str:
-        digest = hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in self.loss.display)
-        return f"{self.dataset}-{self.model}-{slug}-s{self.seed}-{digest}"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
-             "loss_params": dict(self.loss.params), "loss_label": self.loss.display,
-             "seed": self.seed, "train": dict(self.train), "posthoc": dict(self.posthoc)}
-        if self.model_params:  # only when set, so that the run ids of the other runs stay
-            d["model_params"] = dict(self.model_params)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
-        return cls(d["dataset"], d["model"],
-                   Loss(d["loss"], tuple(sorted(d["loss_params"].items())), d.get("loss_label")),
-                   int(d["seed"]), tuple(sorted(d["train"].items())), tuple(sorted(d["posthoc"].items())),
-                   tuple(sorted(d.get("model_params", {}).items())))
-
-    def train_parameters(self, run_dir: Path) -> dict[str, Any]:
-        # papermill passes parameters as Python literals; the loss parameters travel as JSON
-        return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
-                "loss_params": json.dumps(dict(self.loss.params)), "seed": self.seed,
-                "out_dir": str(run_dir), **dict(self.train),
-                **({"model_params": json.dumps(dict(self.model_params))} if self.model_params else {})}
-
-    def posthoc_parameters(self, run_dir: Path) -> dict[str, Any]:
-        return {"run_dir": str(run_dir), **dict(self.posthoc)}
-
-
-@dataclass(frozen=True)
-class Block:
-    """A Cartesian product: every dataset x model x loss x seed, with shared settings."""
-
-    datasets: Sequence[str]
-    models: Sequence[str]
-    losses: Sequence[Loss]
-    seeds: Sequence[int]
-    train: dict[str, Any] = field(default_factory=dict)
-    posthoc: dict[str, Any] = field(default_factory=dict)
-    model_params: dict[str, Any] = field(default_factory=dict)
-
-    def expand(self) -> list[RunSpec]:
-        return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())),
-                        tuple(sorted(self.model_params.items())))
-                for d, m, lo, s in itertools.product(self.datasets, self.models, self.losses, self.seeds)]
-
-
-@dataclass(frozen=True)
-class Profile:
-    description: str
-    blocks: Sequence[Block]
-
-    def expand(self) -> list[RunSpec]:
-        runs = [r for b in self.blocks for r in b.expand()]
-        ids = [r.run_id for r in runs]
-        if len(set(ids)) != len(ids):
-            raise ValueError("profile expands to duplicate runs")
-        return runs
-
-
-# The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
-TABLE1_LOSSES = (
-    loss("ce", label="cross-entropy"),
-    loss("focal", gamma=1.0, label="focal (gamma=1)"),
-    loss("focal", gamma=3.0, label="focal (gamma=3)"),
-    loss("focal", gamma=5.0, label="focal (gamma=5)"),
-    loss("flsd53", label="FLSD-53"),
-    loss("dual_focal", label="dual focal"),
-)
-
-# Display labels of the losses that have a book colour (focalcal.plotting.METHOD_COLORS).
-_LABELS = {
-    "flsd532": "FLSD-532", "sample_dependent_focal": "sample-dependent focal",
-    "flsc531": "FLSc-531", "flsc532": "FLSc-532", "dual_focal_released": "dual focal (released)",
-    "inverse_focal": "inverse focal", "adafocal": "AdaFocal", "brier": "Brier",
-    "label_smoothing": "label smoothing", "mmce": "MMCE", "kde_xe": "KDE-XE", "aurc": "AURC",
-    "selective_risk": "selective-risk", "hessian_trace": "Hessian trace",
-}
-
-
-def _every_loss() -> tuple[Loss, ...]:
-    # built from the registry, so that a loss added to focalcal.losses is smoke-tested at once
-    from ..losses import LOSSES
-
-    covered = {lo.name for lo in TABLE1_LOSSES}
-    extra = tuple(loss(name, label=_LABELS.get(name, name)) for name in LOSSES if name not in covered)
-    return TABLE1_LOSSES[:2] + extra + TABLE1_LOSSES[4:]
-
-
-#: every loss of :data:`focalcal.losses.LOSSES` once (with its default parameters), for the smoke profile
-ALL_LOSSES = _every_loss()
-
-SMOKE_TRAIN = {"epochs": 1, "train_subset": 256, "eval_subset": 256, "batch_size": 64,
-               "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto"}
-SMOKE_POSTHOC = {"fts_temperatures": 50}
-SMOKE_PAIR = (TABLE1_LOSSES[0], TABLE1_LOSSES[2])  # cross-entropy, focal (gamma=3)
-
-# Fashion-MNIST on 2 CPU cores (about 25 of the profile's 30 minutes with --jobs 2): the papers'
-# CIFAR schedule (train.SCHEDULES["paper_cifar"]: SGD, momentum 0.9, weight decay 5e-4, learning
-# rate / 10 at 150/350 and 250/350 of the epochs) compressed to 18 epochs, on 4 000 training
-# images with mini-batches of 32 (more steps per epoch). Cross-entropy then fits its training set
-# almost perfectly and overfits the test NLL while the test error still falls (Mukhoti et al.
-# 2020, Sec. 3). Validation: the 5 000 images of the fixed split; test: 5 000 of the 10 000 test
-# images (a seeded subset per seed) to halve the cost of the per-epoch evaluation.
-# The per-epoch records (Mukhoti et al.'s Figs. 2-3 and 10) use the first 1 000 validation and test
-# images: measured on the 2 cores, evaluating all 10 000 took twice as long as the training pass
-# (an 18-epoch run: 45 s of training, 2.5 s an epoch, against about 1.3 s with the subset); the last
-# epoch, whose logits every post-hoc result uses, is evaluated on all of them.
-CPU_FMNIST_TRAIN = {"epochs": 18, "train_subset": 4000, "eval_subset": 5000, "batch_size": 32,
-                    "schedule": "paper_cifar", "optimizer": "sgd", "lr": 0.05, "device": "auto",
-                    "record_subset": 1000}
-# Dual focal loss weights a sample by (1 - p_t + p_j)^gamma, up to 2^5 = 32 where the network is
-# wrong: with this learning rate and no batch normalisation its three seeds stalled at chance or
-# diverged. It is trained with the gradient norm clipped at 2, as Mukhoti et al.'s released code
-# does for every loss (the other losses here train without clipping).
-CPU_FMNIST_DUAL_TRAIN = {**CPU_FMNIST_TRAIN, "clip_grad_norm": 2.0}
-# Mukhoti et al.'s Fig. 1 (training-set reliability at several epochs) and Fig. 3 (cross-entropy
-# against focal loss with gamma = 1, 2, 3): these four losses also save the training split's logits
-# after epochs 2, 6, 12 and 18 (the learning rate drops after epochs 8 and 13).
-CPU_FMNIST_FIG1_TRAIN = {**CPU_FMNIST_TRAIN, "logits_epochs": [2, 6, 12, 18], "train_logits": True}
-
-# The rest of the papers' comparisons on the same network and schedule (Mukhoti et al. Tables 1-2:
-# Brier, MMCE, label smoothing 0.05, FL-2, FLSc-531, FLSD-532; Zhou et al. Table 1: inverse focal,
-# KDE-XE, AURC, their selective-risk loss; Komisarenko & Kull Table 1: FL-7, AdaFocal).
-# FLSc-531's gamma steps (5 -> 3 -> 1 after 100 and 250 of 350 epochs) are rescaled to 18 epochs.
-FIG3_LOSSES = (TABLE1_LOSSES[0], TABLE1_LOSSES[1], loss("focal", gamma=2.0, label="focal (gamma=2)"),
-               TABLE1_LOSSES[2])
-MUKHOTI_BASELINES = (loss("brier", label="Brier"),
-                     loss("label_smoothing", alpha=0.05, label="label smoothing (0.05)"),
-                     loss("flsc531", milestones=[5, 13], label="FLSc-531"),
-                     loss("flsd532", label="FLSD-532"))
-ZHOU_LOSSES = (loss("inverse_focal", label="inverse focal"), loss("kde_xe", label="KDE-XE"),
-               loss("aurc", label="AURC"))
-KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adafocal", label="AdaFocal"))
-# MMCE (lambda = 2) and the selective-risk loss stalled near chance at this learning rate without
-# clipping in a 4-epoch pilot (validation accuracy 0.11 and 0.18); like dual focal loss they train
-# with the gradient norm clipped at 2.
-CLIPPED_LOSSES = (TABLE1_LOSSES[5], loss("mmce", label="MMCE"), loss("selective_risk", label="selective-risk"))
-#: every loss of the Fashion-MNIST comparison, in the order the pages list them
-FMNIST_LOSSES = (TABLE1_LOSSES[:5] + (FIG3_LOSSES[2],) + MUKHOTI_BASELINES + ZHOU_LOSSES
-                 + KK_EXTRA_LOSSES + CLIPPED_LOSSES)
-# the synthetic tasks with one seed (a few minutes): the same losses where the posterior is known
-CPU_SYNTHETIC_TRAIN = {"epochs": 15, "train_subset": 0, "eval_subset": 0, "batch_size": 128,
-                       "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto"}
-
-# Kimura & Naganuma (2024), Figs. 2-4 at Fashion-MNIST scale (book/experiments/curvature_measured.md):
-# a 784-64-10 MLP trained with Adam on 4 000 images for 10 epochs with focal loss at the paper's
-# gammas (Fig. 2-3) or with CE + tau Tr(H) (Fig. 4), then lambda_max (20 Lanczos steps) and Tr(H)
-# (10 Hutchinson probes) of its training loss and of CE on 1 000 held-out validation images.
-# About 8 + 3 minutes with --jobs 2. The labels keep these runs apart from the CNN's Table 1 runs.
-CURVATURE_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0)
-CURVATURE_TAUS = (1e-4, 1e-3, 1e-2)  # tau = 0.1 left the network at chance in a pilot
-CURVATURE_MLP = {"in_features": 784, "hidden": [64]}
-CPU_CURVATURE_TRAIN = {"epochs": 10, "train_subset": 4000, "eval_subset": 2000, "batch_size": 64,
-                       "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto",
-                       "curvature_samples": 1000, "curvature_iters": 20, "curvature_probes": 10}
-SMOKE_CURVATURE_TRAIN = {**SMOKE_TRAIN, "curvature_samples": 128, "curvature_iters": 5,
-                         "curvature_probes": 3}
-
-
-def curvature_losses(gammas: Sequence[float] = CURVATURE_GAMMAS,
-                     taus: Sequence[float] = CURVATURE_TAUS) -> tuple[tuple[Loss, ...], tuple[Loss, ...]]:
-    """The curvature chapter's focal losses (one per ``gamma``) and CE + tau Tr(H) penalties."""
-    focal = tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in gammas)
-    penalty = tuple(loss("hessian_trace", label=f"CE + tau Tr(H), tau={t:g}", lamda=float(t))
-                    for t in taus)
-    return focal, penalty
-
-
-#: the smoke profile's curvature runs: two gammas and one tau, enough to execute the chapter
-SMOKE_CURVATURE_LOSSES = sum(curvature_losses((0.0, 3.0), (1e-2,)), ())
-
-
-# When does focal loss help? (book/experiments/when_focal_helps.md): the same CNN on 2 000
-# Fashion-MNIST images, SGD at a constant learning rate 0.02 (so that the logits saved after epoch
-# n are those of a network trained for n epochs, not of a schedule's early phase), with the
-# validation and test logits saved after 1, 2, 3, 5, 10, 20 and 30 epochs. Measured on the 2
-# cores: about 1.4 CPU-seconds per epoch (1 000 images cost about 1.1); once the cores were idle,
-# 0.9 s per epoch with 2 threads, plus about 13 s per run for the two templates: about 40 s per
-# run, so about 5-7 minutes for the 12 runs with --jobs 2 (25 minutes with --jobs 3 while other
-# jobs loaded the machine 7-fold). In a pilot (one seed) cross-
-# entropy's TS temperature went from 1.0 after 1-5 epochs to 2.9 after 30, focal loss's with
-# gamma = 3 from 0.56-0.65 to 1.0; 1 000 images showed the same, with noisier ECE. The labels keep
-# these runs apart from the Table 1 runs of the same network.
-LENGTH_LOSSES = (loss("ce", label="CE"), loss("focal", label="focal-1", gamma=1.0),
-                 loss("focal", label="focal-3", gamma=3.0), loss("focal", label="focal-5", gamma=5.0))
-CPU_LENGTH_TRAIN = {"epochs": 30, "train_subset": 2000, "eval_subset": 1000, "batch_size": 32,
-                    "schedule": None, "optimizer": "sgd", "lr": 0.02, "device": "auto",
-                    "logits_epochs": [1, 2, 3, 5, 10, 20, 30]}  # a list: specs travel as JSON
-SMOKE_LENGTH_TRAIN = {**SMOKE_TRAIN, "logits_epochs": [1]}
-SMOKE_LENGTH_LOSSES = LENGTH_LOSSES[::2]  # CE and focal-3
-
-# Charoenphakdee et al. (2021), Figs. 4-6 at Fashion-MNIST scale (book/experiments/psi_capacity.md):
-# focal loss at their gammas on MLPs of two capacities (784-64-10 and 784-512-512-10) trained on
-# 4 000 images, and the larger one on 400 (their CIFAR10-s keeps a tenth of the data), 2 seeds,
-# Adam for 20 epochs; label smoothing 0.1 (their LS paradigm, with cross-entropy) in each setting.
-# Per-epoch records on 500 validation and test images (an MLP's run is mostly papermill's start).
-PSI_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0)
-PSI_LOSSES = (tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in PSI_GAMMAS)
-              + (loss("label_smoothing", alpha=0.1, label="label smoothing (0.1)"),))
-PSI_SMALL_MLP = {"in_features": 784, "hidden": [64]}
-PSI_LARGE_MLP = {"in_features": 784, "hidden": [512, 512]}
-CPU_PSI_TRAIN = {"epochs": 20, "train_subset": 4000, "eval_subset": 5000, "batch_size": 64,
-                 "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto",
-                 "record_subset": 500}
-CPU_PSI_SMALL_DATA_TRAIN = {**CPU_PSI_TRAIN, "train_subset": 400}
-SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
-
-
-def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
-               losses: Sequence[Loss] = PSI_LOSSES) -> list[Block]:
-    """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``."""
-    return [Block(["fashion_mnist"], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC,
-                  model_params=mlp)
-            for mlp, t in ((PSI_SMALL_MLP, train), (PSI_LARGE_MLP, train), (PSI_LARGE_MLP, small_data))]
-
-
-PROFILES: dict[str, Profile] = {
-    "smoke": Profile(
-        "every template and every loss on tiny data, for `make test` (< 3 minutes on 2 cores)",
-        # cross-entropy and focal loss run on Fashion-MNIST and on the 1-D synthetic task (so that
-        # each experiment chapter has the two losses it compares), every other loss on the
-        # Gaussian mixture
-        [Block(["fashion_mnist"], ["cnn"], SMOKE_PAIR, [0], posthoc=SMOKE_POSTHOC,
-               train={**SMOKE_TRAIN, "logits_epochs": [1], "train_logits": True, "record_subset": 128}),
-         Block(["charoenphakdee_1d"], ["mlp"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
-         Block(["gaussian_mixture"], ["mlp"],
-               [lo for lo in ALL_LOSSES if lo.name not in {f.name for f in SMOKE_PAIR}], [0],
-               train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
-         Block(["fashion_mnist"], ["mlp"], SMOKE_CURVATURE_LOSSES, [0],
-               train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
-         Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
-               posthoc=SMOKE_POSTHOC),
-         *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
-                     (PSI_LOSSES[0], PSI_LOSSES[3]))]),
-    "cpu": Profile(
-        "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
-        [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train=CPU_FMNIST_FIG1_TRAIN),
-         Block(["fashion_mnist"], ["cnn"],
-               (TABLE1_LOSSES[3], TABLE1_LOSSES[4]) + MUKHOTI_BASELINES + ZHOU_LOSSES + KK_EXTRA_LOSSES,
-               [0, 1, 2], train=CPU_FMNIST_TRAIN),
-         Block(["fashion_mnist"], ["cnn"], CLIPPED_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
-         Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABLE1_LOSSES, [0],
-               train=CPU_SYNTHETIC_TRAIN),
-         Block(["fashion_mnist"], ["mlp"], curvature_losses()[0], [0, 1, 2], train=CPU_CURVATURE_TRAIN,
-               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
-         Block(["fashion_mnist"], ["mlp"], curvature_losses()[1], [0, 1], train=CPU_CURVATURE_TRAIN,
-               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
-         Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
-               posthoc=SMOKE_POSTHOC),
-         *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
-    "paper": Profile(
-        "CIFAR-10/100 and Tiny-ImageNet with the papers' models, schedules and 5 seeds (GPU)",
-        [Block(["cifar10", "cifar100"], ["resnet50", "resnet110", "wide_resnet26_10", "densenet121"],
-               TABLE1_LOSSES, [0, 1, 2, 3, 4],
-               train={"epochs": 350, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd",
-                      "lr": 0.1, "device": "auto", "train_subset": 0, "eval_subset": 0}),
-         Block(["tiny_imagenet"], ["resnet50_tiny"], TABLE1_LOSSES, [0, 1, 2, 3, 4],
-               train={"epochs": 100, "schedule": "paper_tiny_imagenet", "batch_size": 64,
-                      "optimizer": "sgd", "lr": 0.1, "device": "auto", "train_subset": 0,
-                      "eval_subset": 0})]),
-}
-
-
-def get_profile(name: str) -> Profile:
-    if name not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {name!r}")
-    return PROFILES[name]
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,9 +186,11 @@ def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any]) -> N
     partial = run_dir / f".{name}.partial.ipynb"
     try:
         # the cells' output goes on to this process's stdout and stderr (a run's run.log)
+        # start_timeout: papermill's 60 s default was too short for a kernel to start on 2 cores
+        # loaded 4-fold (a shrunk gpu sweep beside a running cpu sweep lost a run that way)
         pm.execute_notebook(str(staged), str(partial), parameters=parameters, kernel_name="python3",
                             progress_bar=False, cwd=str(run_dir), stdout_file=sys.stdout,
-                            stderr_file=sys.stderr)
+                            stderr_file=sys.stderr, start_timeout=300)
     except pm.PapermillExecutionError as err:
         raise RunError(f"{name} stopped: {err.ename}: {err.evalue}") from err
     finally:
@@ -720,11 +413,12 @@ def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
     return table
 
 
-def select_runs(profile: str, only: str | None = None) -> list[RunSpec]:
-    """The runs of ``profile``, or those whose run id matches the ``fnmatch`` pattern ``only``."""
+def select_runs(profile: str, only: str | None = None, *, shrunk: bool = False) -> list[RunSpec]:
+    """The runs of ``profile`` (its :func:`shrink` version with ``shrunk``), or those whose run id
+    matches the ``fnmatch`` pattern ``only``."""
     import fnmatch
 
-    runs = get_profile(profile).expand()
+    runs = get_profile(profile, shrunk=shrunk).expand()
     if only is None:
         return runs
     chosen = [r for r in runs if fnmatch.fnmatchcase(r.run_id, only)]
@@ -736,11 +430,14 @@ def select_runs(profile: str, only: str | None = None) -> list[RunSpec]:
 
 def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: str = "local",
               jobs: int = 1, progress: bool = True, only: str | None = None,
-              submitit_cluster: str | None = None, slurm: dict[str, Any] | None = None):
+              submitit_cluster: str | None = None, slurm: dict[str, Any] | None = None,
+              shrunk: bool = False):
     """Execute every pending run of ``profile`` and return the collected results table.
 
-    ``out`` defaults to ``runs/<profile>`` under the working directory; ``only`` (an
-    ``fnmatch`` pattern on the run id) restricts the sweep to the runs it matches.
+    ``out`` defaults to ``runs/<profile>`` under the working directory (``runs/<profile>-shrunk``
+    with ``shrunk``: the profile's :func:`shrink` version, e.g. the gpu profile's runs on a CPU in
+    minutes); ``only`` (an ``fnmatch`` pattern on the run id) restricts the sweep to the runs it
+    matches.
     ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
     the fork server of ``multiprocessing``, its output in ``<run>/run.log``), with
     ``cpu_count // jobs`` threads per run; ``"slurm"`` submits one job per run through submitit
@@ -756,8 +453,8 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
         raise ValueError(f"executor must be 'local' or 'slurm'; got {executor!r}")
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer; got {jobs!r}")
-    runs = select_runs(profile, only)
-    out = Path("runs", profile) if out is None else Path(out)
+    runs = select_runs(profile, only, shrunk=shrunk)
+    out = default_out(profile, shrunk) if out is None else Path(out)
     todo = pending(runs, out)
     if todo:
         check_templates(todo)
@@ -778,6 +475,11 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
         raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: "
                            f"{out / 'runs'}/<run>/run.log):\n{msg}")
     return table
+
+
+def default_out(profile: str, shrunk: bool = False) -> Path:
+    """``runs/<profile>``, or ``runs/<profile>-shrunk`` for the :func:`shrink` version."""
+    return Path("runs", f"{profile}-shrunk" if shrunk else profile)
 
 
 def _list_runs(runs: list[RunSpec], out: Path) -> None:
@@ -802,18 +504,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only the runs whose id matches this fnmatch pattern, e.g. 'fashion_mnist-*-s0-*'")
     p.add_argument("--list", action="store_true",
                    help="print the runs (dataset, network, loss, seed, epochs, done or pending) and exit")
+    p.add_argument("--shrink", action="store_true",
+                   help="run the profile's tiny version (1 epoch, a few batches, small networks; "
+                        "sweep.shrink): every code path of e.g. the gpu profile on a CPU in minutes "
+                        "(default --out: runs/<profile>-shrunk)")
     p.add_argument("--slurm-partition", default=None)
+    p.add_argument("--slurm-time", type=int, default=None, metavar="MINUTES",
+                   help="time limit of each SLURM job (default 1440)")
     args = p.parse_args(argv)
     if not args.profile:
         p.error("--profile is required")
-    out = Path(args.out) if args.out is not None else Path("runs", args.profile)
+    out = Path(args.out) if args.out is not None else default_out(args.profile, args.shrink)
     try:
         if args.list:
-            _list_runs(select_runs(args.profile, args.only), out)
+            _list_runs(select_runs(args.profile, args.only, shrunk=args.shrink), out)
             return 0
         slurm = {"slurm_partition": args.slurm_partition} if args.slurm_partition else {}
+        if args.slurm_time is not None:
+            slurm["timeout_min"] = args.slurm_time
         table = run_sweep(args.profile, out, executor=args.executor, jobs=args.jobs, only=args.only,
-                          slurm=slurm)
+                          slurm=slurm, shrunk=args.shrink)
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

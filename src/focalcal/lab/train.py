@@ -42,7 +42,9 @@ Files in ``out_dir``
 state, history), ``history.json`` (``{"grad_norm_edges": [...], "records": [...]}``, rewritten
 every epoch), and at the end ``logits.pt`` (``val_logits``, ``val_labels``, ``test_logits``,
 ``test_labels``; float32 / int64) and ``config.json`` (the caller's ``config``, the trainer's
-settings, model, loss, data sizes, versions); ``logits_epoch_<n>.pt`` after each epoch ``n`` of
+settings, model, loss, data sizes, the loader's workers and pinned memory when used, the
+``hardware``: device, its name and the median training throughput in images/s, and versions);
+``logits_epoch_<n>.pt`` after each epoch ``n`` of
 ``TrainSettings.logits_epochs`` (the same keys, for the model of that epoch).
 """
 
@@ -69,8 +71,9 @@ from tqdm import tqdm
 from .._validation import check_choice, check_int, check_positive
 from .io import atomic_torch_save, atomic_write_json, torch_load
 from .models import count_parameters, last_linear
-from .records import (GRAD_NORM_EDGES, FeatureHook, evaluate, grad_norm_summary, last_layer_grad_norms,
-                      prediction_stats, prefixed, select_device, split_batch, to_device)
+from .records import (GRAD_NORM_EDGES, FeatureHook, evaluate, grad_norm_summary, hardware_record,
+                      last_layer_grad_norms, loader_record, prediction_stats, prefixed, select_device,
+                      split_batch, to_device)
 
 # select_device, prediction_stats, evaluate and GRAD_NORM_EDGES are importable from here as well;
 # they belong to (and are documented in) focalcal.lab.records
@@ -208,6 +211,11 @@ class TrainSettings:
         per-epoch records then cost a fraction of a full pass (on a small CPU network the two
         evaluation passes cost twice the training pass), while the saved logits, and so every
         post-hoc result, still come from the whole splits. 0 (the default): always all of them.
+    compile : bool
+        Train through ``torch.compile(model)`` (the training forward passes only; evaluation, the
+        checkpoints and the saved model use the eager module, whose parameters the compiled one
+        shares). Worth it on a GPU over many epochs; the first steps pay the compilation. False
+        (the default): eager, and nothing is recorded.
 
     Raises
     ------
@@ -235,6 +243,7 @@ class TrainSettings:
     clip_grad_norm: float | None = None
     logits_epochs: tuple[int, ...] = ()
     record_subset: int = 0
+    compile: bool = False
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -255,6 +264,7 @@ class TrainSettings:
             put("clip_grad_norm", check_positive(self.clip_grad_norm, "clip_grad_norm"))
         check_choice(self.amp, "amp", (True, False, "auto"))
         check_choice(self.channels_last, "channels_last", (True, False, "auto"))
+        check_choice(self.compile, "compile", (True, False))
         if self.milestones is not None:
             put("milestones", tuple(sorted(int(m) for m in self.milestones)))
         if isinstance(self.logits_epochs, (str, bytes)) or not isinstance(self.logits_epochs, Iterable):
@@ -374,6 +384,8 @@ class _Epoch:
     logits: torch.Tensor
     labels: torch.Tensor
     grad_norms: torch.Tensor | None
+    #: training images per second of the pass (data loading, forward, backward and steps)
+    throughput: float | None = None
 
 
 # --------------------------------------------------------------------------------- trainer ---
@@ -445,6 +457,7 @@ class Trainer:
             # only when set: the records of runs without it stay byte-identical
             **({"logits_epochs": list(s.logits_epochs)} if s.logits_epochs else {}),
             **({"record_subset": s.record_subset} if s.record_subset else {}),
+            **({"compile": True} if s.compile else {}),
         }
 
     # ------------------------------------------------------------------------------ fit ---
@@ -509,6 +522,11 @@ class Trainer:
         self.model.to(dev)
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)
+        # the compiled module shares the eager one's parameters and hooks (the feature hook is
+        # registered before its first call, so it is traced into the graph); state_dict, the
+        # checkpoints and evaluation stay on the eager module, so a compiled run's files are those
+        # of an eager run
+        self.forward = torch.compile(self.model) if s.compile else self.model
         if isinstance(self.loss_fn, nn.Module):
             self.loss_fn.to(dev)
         self.opt = _make_optimizer(s.optimizer, self.model.parameters(), s.lr, s.momentum,
@@ -604,10 +622,12 @@ class Trainer:
         show_bar = self.progress and sys.stderr.isatty()
         bar = tqdm(self.loaders.train, total=total, disable=not show_bar, leave=False,
                    desc=f"epoch {epoch + 1}/{s.epochs}", dynamic_ncols=True)
+        t0, n_images = time.perf_counter(), 0
         for batch in bar:
             x, y = split_batch(batch)
             x = to_device(x, dev, self.channels_last)
             y = y.to(dev, non_blocking=True).long()
+            n_images += len(y)
             logits, loss = self._step(x, y)
             with torch.no_grad():
                 loss_sum += loss.detach().double()
@@ -620,19 +640,22 @@ class Trainer:
                 acc = float((logits.detach().argmax(-1) == y).float().mean())
                 bar.set_postfix(loss=f"{float(loss_sum) / n_batches:.4f}", acc=f"{acc:.3f}")
         bar.close()
+        if dev.type == "cuda":  # the queued kernels belong to this pass's time
+            torch.cuda.synchronize(dev)
+        seconds = time.perf_counter() - t0
         if n_batches == 0:
             raise ValueError("train_loader yielded no batches")
         gnorms = None
         if s.grad_norms:
             gnorms = torch.cat(gnorm_chunks) if gnorm_chunks else torch.zeros(0)
         return _Epoch(float(loss_sum) / n_batches, torch.cat(logit_chunks), torch.cat(label_chunks),
-                      gnorms)
+                      gnorms, n_images / seconds if seconds > 0 else None)
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward, loss, backward, clip, optimiser step; returns the float32 logits and the loss."""
         self.features.reset()
         with self.autocast():
-            out_logits = self.model(x)
+            out_logits = self.forward(x)
         logits = out_logits.float()
         if self.settings.grad_norms:
             logits.retain_grad()
@@ -658,7 +681,8 @@ class Trainer:
         n_bins, n = s.n_bins, epoch + 1
         saved = n == s.epochs or n in s.logits_epochs
         limit = None if saved or not s.record_subset else s.record_subset
-        record: dict[str, Any] = {"epoch": n, "lr": lr_now, "train_loss": done.loss}
+        record: dict[str, Any] = {"epoch": n, "lr": lr_now, "train_loss": done.loss,
+                                  "throughput": done.throughput}
         record.update(prefixed("train", prediction_stats(done.logits, done.labels, n_bins=n_bins)))
         if ld.train_eval is not None and (not s.logits_epochs or n in s.logits_epochs):
             self.train_eval_out = self._evaluate(ld.train_eval)
@@ -719,6 +743,8 @@ class Trainer:
             "loss": {"class": type(self.loss_fn).__name__, "repr": repr(self.loss_fn)},
             "data": {name: _dataset_size(loader) for name, loader in
                      (("train", ld.train), ("val", ld.val), ("test", ld.test))},
+            **loader_record(ld.train),
+            "hardware": hardware_record(self.device, self.history),
             "versions": _versions(),
         }))
 

@@ -1,0 +1,548 @@
+"""The sweep's profiles: tables of training runs (:data:`PROFILES`), and :func:`shrink`.
+
+A :class:`RunSpec` is one training run plus its post-hoc calibration (dataset, network, loss, seed,
+the ``train_classifier`` and ``posthoc_calibration`` template parameters); a :class:`Block` is a
+Cartesian product of them; a :class:`Profile` is a list of blocks. Three profiles build the book
+from one results format (:mod:`focalcal.lab.sweep` runs them):
+
+- ``cpu`` (the default): Fashion-MNIST and the synthetic tasks on 2 CPU cores;
+- ``gpu``: CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, a compressed paper schedule,
+  on one GPU in about a working day;
+- ``paper``: the papers' full grids, 5 seeds, for a SLURM cluster;
+
+plus ``smoke`` (every template and loss on tiny data, for the tests). :func:`shrink` turns any of
+them into a tiny version with the same structure (one epoch on a few batches), which runs on a CPU.
+Every name here is importable from :mod:`focalcal.lab.sweep` as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ALL_LOSSES", "Block", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
+    "CPU_FMNIST_DUAL_TRAIN", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
+    "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CURVATURE_GAMMAS",
+    "CURVATURE_MLP", "CURVATURE_TAUS", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
+    "GPU_CURVATURE_MLP", "GPU_CURVATURE_TRAIN", "GPU_FIG1_TRAIN", "GPU_FLSC531",
+    "GPU_LENGTH_TRAIN", "GPU_MODELS", "GPU_OTHER_LOSSES", "GPU_PSI_SMALL_DATA_TRAIN",
+    "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LENGTH_LOSSES", "Loss",
+    "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
+    "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LOSSES",
+    "PSI_SMALL_MLP", "Profile", "RunSpec", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
+    "SMOKE_CURVATURE_TRAIN", "SMOKE_LENGTH_LOSSES", "SMOKE_LENGTH_TRAIN", "SMOKE_PAIR",
+    "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "TABLE1_LOSSES", "ZHOU_LOSSES",
+    "curvature_losses", "get_profile", "loss", "page_losses", "psi_blocks", "shrink"]
+
+# --------------------------------------------------------------------------------------------
+# runs and profiles
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Loss:
+    """A training loss as the sweep names it: a ``focalcal.losses.make_loss`` key plus parameters."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+    label: str | None = None
+
+    @property
+    def display(self) -> str:
+        if self.label:
+            return self.label
+        if not self.params:
+            return self.name
+        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+
+
+def loss(name: str, label: str | None = None, **params: Any) -> Loss:
+    return Loss(name, tuple(sorted(params.items())), label)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run plus its post-hoc calibration."""
+
+    dataset: str
+    model: str
+    loss: Loss
+    seed: int
+    train: tuple[tuple[str, Any], ...] = ()
+    posthoc: tuple[tuple[str, Any], ...] = ()
+    #: keyword arguments of ``make_model`` (e.g. the MLP's ``in_features`` and ``hidden``)
+    model_params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        digest = hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in self.loss.display)
+        return f"{self.dataset}-{self.model}-{slug}-s{self.seed}-{digest}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
+             "loss_params": dict(self.loss.params), "loss_label": self.loss.display,
+             "seed": self.seed, "train": dict(self.train), "posthoc": dict(self.posthoc)}
+        if self.model_params:  # only when set, so that the run ids of the other runs stay
+            d["model_params"] = dict(self.model_params)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        return cls(d["dataset"], d["model"],
+                   Loss(d["loss"], tuple(sorted(d["loss_params"].items())), d.get("loss_label")),
+                   int(d["seed"]), tuple(sorted(d["train"].items())), tuple(sorted(d["posthoc"].items())),
+                   tuple(sorted(d.get("model_params", {}).items())))
+
+    def train_parameters(self, run_dir: Path) -> dict[str, Any]:
+        # papermill passes parameters as Python literals; the loss parameters travel as JSON
+        return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
+                "loss_params": json.dumps(dict(self.loss.params)), "seed": self.seed,
+                "out_dir": str(run_dir), **dict(self.train),
+                **({"model_params": json.dumps(dict(self.model_params))} if self.model_params else {})}
+
+    def posthoc_parameters(self, run_dir: Path) -> dict[str, Any]:
+        return {"run_dir": str(run_dir), **dict(self.posthoc)}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A Cartesian product: every dataset x model x loss x seed, with shared settings."""
+
+    datasets: Sequence[str]
+    models: Sequence[str]
+    losses: Sequence[Loss]
+    seeds: Sequence[int]
+    train: dict[str, Any] = field(default_factory=dict)
+    posthoc: dict[str, Any] = field(default_factory=dict)
+    model_params: dict[str, Any] = field(default_factory=dict)
+
+    def expand(self) -> list[RunSpec]:
+        return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())),
+                        tuple(sorted(self.model_params.items())))
+                for d, m, lo, s in itertools.product(self.datasets, self.models, self.losses, self.seeds)]
+
+
+@dataclass(frozen=True)
+class Profile:
+    description: str
+    blocks: Sequence[Block]
+
+    def expand(self) -> list[RunSpec]:
+        runs = [r for b in self.blocks for r in b.expand()]
+        ids = [r.run_id for r in runs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("profile expands to duplicate runs")
+        return runs
+
+
+# The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
+TABLE1_LOSSES = (
+    loss("ce", label="cross-entropy"),
+    loss("focal", gamma=1.0, label="focal (gamma=1)"),
+    loss("focal", gamma=3.0, label="focal (gamma=3)"),
+    loss("focal", gamma=5.0, label="focal (gamma=5)"),
+    loss("flsd53", label="FLSD-53"),
+    loss("dual_focal", label="dual focal"),
+)
+
+# Display labels of the losses that have a book colour (focalcal.plotting.METHOD_COLORS).
+_LABELS = {
+    "flsd532": "FLSD-532", "sample_dependent_focal": "sample-dependent focal",
+    "flsc531": "FLSc-531", "flsc532": "FLSc-532", "dual_focal_released": "dual focal (released)",
+    "inverse_focal": "inverse focal", "adafocal": "AdaFocal", "brier": "Brier",
+    "label_smoothing": "label smoothing", "mmce": "MMCE", "kde_xe": "KDE-XE", "aurc": "AURC",
+    "selective_risk": "selective-risk", "hessian_trace": "Hessian trace",
+}
+
+
+def _every_loss() -> tuple[Loss, ...]:
+    # built from the registry, so that a loss added to focalcal.losses is smoke-tested at once
+    from ..losses import LOSSES
+
+    covered = {lo.name for lo in TABLE1_LOSSES}
+    extra = tuple(loss(name, label=_LABELS.get(name, name)) for name in LOSSES if name not in covered)
+    return TABLE1_LOSSES[:2] + extra + TABLE1_LOSSES[4:]
+
+
+#: every loss of :data:`focalcal.losses.LOSSES` once (with its default parameters), for the smoke profile
+ALL_LOSSES = _every_loss()
+
+SMOKE_TRAIN = {"epochs": 1, "train_subset": 256, "eval_subset": 256, "batch_size": 64,
+               "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto"}
+SMOKE_POSTHOC = {"fts_temperatures": 50}
+SMOKE_PAIR = (TABLE1_LOSSES[0], TABLE1_LOSSES[2])  # cross-entropy, focal (gamma=3)
+
+# Fashion-MNIST on 2 CPU cores (about 25 of the profile's 30 minutes with --jobs 2): the papers'
+# CIFAR schedule (train.SCHEDULES["paper_cifar"]: SGD, momentum 0.9, weight decay 5e-4, learning
+# rate / 10 at 150/350 and 250/350 of the epochs) compressed to 18 epochs, on 4 000 training
+# images with mini-batches of 32 (more steps per epoch). Cross-entropy then fits its training set
+# almost perfectly and overfits the test NLL while the test error still falls (Mukhoti et al.
+# 2020, Sec. 3). Validation: the 5 000 images of the fixed split; test: 5 000 of the 10 000 test
+# images (a seeded subset per seed) to halve the cost of the per-epoch evaluation.
+# The per-epoch records (Mukhoti et al.'s Figs. 2-3 and 10) use the first 1 000 validation and test
+# images: measured on the 2 cores, evaluating all 10 000 took twice as long as the training pass
+# (an 18-epoch run: 45 s of training, 2.5 s an epoch, against about 1.3 s with the subset); the last
+# epoch, whose logits every post-hoc result uses, is evaluated on all of them.
+CPU_FMNIST_TRAIN = {"epochs": 18, "train_subset": 4000, "eval_subset": 5000, "batch_size": 32,
+                    "schedule": "paper_cifar", "optimizer": "sgd", "lr": 0.05, "device": "auto",
+                    "record_subset": 1000}
+# Dual focal loss weights a sample by (1 - p_t + p_j)^gamma, up to 2^5 = 32 where the network is
+# wrong: with this learning rate and no batch normalisation its three seeds stalled at chance or
+# diverged. It is trained with the gradient norm clipped at 2, as Mukhoti et al.'s released code
+# does for every loss (the other losses here train without clipping).
+CPU_FMNIST_DUAL_TRAIN = {**CPU_FMNIST_TRAIN, "clip_grad_norm": 2.0}
+# Mukhoti et al.'s Fig. 1 (training-set reliability at several epochs) and Fig. 3 (cross-entropy
+# against focal loss with gamma = 1, 2, 3): these four losses also save the training split's logits
+# after epochs 2, 6, 12 and 18 (the learning rate drops after epochs 8 and 13).
+CPU_FMNIST_FIG1_TRAIN = {**CPU_FMNIST_TRAIN, "logits_epochs": [2, 6, 12, 18], "train_logits": True}
+
+# The rest of the papers' comparisons on the same network and schedule (Mukhoti et al. Tables 1-2:
+# Brier, MMCE, label smoothing 0.05, FL-2, FLSc-531, FLSD-532; Zhou et al. Table 1: inverse focal,
+# KDE-XE, AURC, their selective-risk loss; Komisarenko & Kull Table 1: FL-7, AdaFocal).
+# FLSc-531's gamma steps (5 -> 3 -> 1 after 100 and 250 of 350 epochs) are rescaled to 18 epochs.
+FIG3_LOSSES = (TABLE1_LOSSES[0], TABLE1_LOSSES[1], loss("focal", gamma=2.0, label="focal (gamma=2)"),
+               TABLE1_LOSSES[2])
+MUKHOTI_BASELINES = (loss("brier", label="Brier"),
+                     loss("label_smoothing", alpha=0.05, label="label smoothing (0.05)"),
+                     loss("flsc531", milestones=[5, 13], label="FLSc-531"),
+                     loss("flsd532", label="FLSD-532"))
+ZHOU_LOSSES = (loss("inverse_focal", label="inverse focal"), loss("kde_xe", label="KDE-XE"),
+               loss("aurc", label="AURC"))
+KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adafocal", label="AdaFocal"))
+# MMCE (lambda = 2) and the selective-risk loss stalled near chance at this learning rate without
+# clipping in a 4-epoch pilot (validation accuracy 0.11 and 0.18); like dual focal loss they train
+# with the gradient norm clipped at 2.
+CLIPPED_LOSSES = (TABLE1_LOSSES[5], loss("mmce", label="MMCE"), loss("selective_risk", label="selective-risk"))
+#: every loss of the Fashion-MNIST comparison, in the order the pages list them
+FMNIST_LOSSES = (TABLE1_LOSSES[:5] + (FIG3_LOSSES[2],) + MUKHOTI_BASELINES + ZHOU_LOSSES
+                 + KK_EXTRA_LOSSES + CLIPPED_LOSSES)
+# the synthetic tasks with one seed (a few minutes): the same losses where the posterior is known
+CPU_SYNTHETIC_TRAIN = {"epochs": 15, "train_subset": 0, "eval_subset": 0, "batch_size": 128,
+                       "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto"}
+
+# Kimura & Naganuma (2024), Figs. 2-4 at Fashion-MNIST scale (book/experiments/curvature_measured.md):
+# a 784-64-10 MLP trained with Adam on 4 000 images for 10 epochs with focal loss at the paper's
+# gammas (Fig. 2-3) or with CE + tau Tr(H) (Fig. 4), then lambda_max (20 Lanczos steps) and Tr(H)
+# (10 Hutchinson probes) of its training loss and of CE on 1 000 held-out validation images.
+# About 8 + 3 minutes with --jobs 2. The labels keep these runs apart from the CNN's Table 1 runs.
+CURVATURE_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0)
+CURVATURE_TAUS = (1e-4, 1e-3, 1e-2)  # tau = 0.1 left the network at chance in a pilot
+CURVATURE_MLP = {"in_features": 784, "hidden": [64]}
+CPU_CURVATURE_TRAIN = {"epochs": 10, "train_subset": 4000, "eval_subset": 2000, "batch_size": 64,
+                       "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto",
+                       "curvature_samples": 1000, "curvature_iters": 20, "curvature_probes": 10}
+SMOKE_CURVATURE_TRAIN = {**SMOKE_TRAIN, "curvature_samples": 128, "curvature_iters": 5,
+                         "curvature_probes": 3}
+
+
+def curvature_losses(gammas: Sequence[float] = CURVATURE_GAMMAS,
+                     taus: Sequence[float] = CURVATURE_TAUS) -> tuple[tuple[Loss, ...], tuple[Loss, ...]]:
+    """The curvature chapter's focal losses (one per ``gamma``) and CE + tau Tr(H) penalties."""
+    focal = tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in gammas)
+    penalty = tuple(loss("hessian_trace", label=f"CE + tau Tr(H), tau={t:g}", lamda=float(t))
+                    for t in taus)
+    return focal, penalty
+
+
+#: the smoke profile's curvature runs: two gammas and one tau, enough to execute the chapter
+SMOKE_CURVATURE_LOSSES = sum(curvature_losses((0.0, 3.0), (1e-2,)), ())
+
+
+# When does focal loss help? (book/experiments/when_focal_helps.md): the same CNN on 2 000
+# Fashion-MNIST images, SGD at a constant learning rate 0.02 (so that the logits saved after epoch
+# n are those of a network trained for n epochs, not of a schedule's early phase), with the
+# validation and test logits saved after 1, 2, 3, 5, 10, 20 and 30 epochs. Measured on the 2
+# cores: about 1.4 CPU-seconds per epoch (1 000 images cost about 1.1); once the cores were idle,
+# 0.9 s per epoch with 2 threads, plus about 13 s per run for the two templates: about 40 s per
+# run, so about 5-7 minutes for the 12 runs with --jobs 2 (25 minutes with --jobs 3 while other
+# jobs loaded the machine 7-fold). In a pilot (one seed) cross-
+# entropy's TS temperature went from 1.0 after 1-5 epochs to 2.9 after 30, focal loss's with
+# gamma = 3 from 0.56-0.65 to 1.0; 1 000 images showed the same, with noisier ECE. The labels keep
+# these runs apart from the Table 1 runs of the same network.
+LENGTH_LOSSES = (loss("ce", label="CE"), loss("focal", label="focal-1", gamma=1.0),
+                 loss("focal", label="focal-3", gamma=3.0), loss("focal", label="focal-5", gamma=5.0))
+CPU_LENGTH_TRAIN = {"epochs": 30, "train_subset": 2000, "eval_subset": 1000, "batch_size": 32,
+                    "schedule": None, "optimizer": "sgd", "lr": 0.02, "device": "auto",
+                    "logits_epochs": [1, 2, 3, 5, 10, 20, 30]}  # a list: specs travel as JSON
+SMOKE_LENGTH_TRAIN = {**SMOKE_TRAIN, "logits_epochs": [1]}
+SMOKE_LENGTH_LOSSES = LENGTH_LOSSES[::2]  # CE and focal-3
+
+# Charoenphakdee et al. (2021), Figs. 4-6 at Fashion-MNIST scale (book/experiments/psi_capacity.md):
+# focal loss at their gammas on MLPs of two capacities (784-64-10 and 784-512-512-10) trained on
+# 4 000 images, and the larger one on 400 (their CIFAR10-s keeps a tenth of the data), 2 seeds,
+# Adam for 20 epochs; label smoothing 0.1 (their LS paradigm, with cross-entropy) in each setting.
+# Per-epoch records on 500 validation and test images (an MLP's run is mostly papermill's start).
+PSI_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0)
+PSI_LOSSES = (tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in PSI_GAMMAS)
+              + (loss("label_smoothing", alpha=0.1, label="label smoothing (0.1)"),))
+PSI_SMALL_MLP = {"in_features": 784, "hidden": [64]}
+PSI_LARGE_MLP = {"in_features": 784, "hidden": [512, 512]}
+CPU_PSI_TRAIN = {"epochs": 20, "train_subset": 4000, "eval_subset": 5000, "batch_size": 64,
+                 "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto",
+                 "record_subset": 500}
+CPU_PSI_SMALL_DATA_TRAIN = {**CPU_PSI_TRAIN, "train_subset": 400}
+SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
+
+
+def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
+               losses: Sequence[Loss] = PSI_LOSSES, dataset: str = "fashion_mnist",
+               in_features: int = 784) -> list[Block]:
+    """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``
+    (the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR)."""
+    small = {**PSI_SMALL_MLP, "in_features": in_features}
+    large = {**PSI_LARGE_MLP, "in_features": in_features}
+    return [Block([dataset], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp)
+            for mlp, t in ((small, train), (large, train), (large, small_data))]
+
+
+# ------------------------------------------------------------------------ the gpu profile ---
+# One modern GPU for about a working day: the papers' main networks (ResNet-50 and
+# Wide-ResNet-26-10, Mukhoti et al. 2020 Table 1; Komisarenko & Kull 2024 Table 1) on CIFAR-10 and
+# CIFAR-100, one seed, the papers' CIFAR schedule (SGD, momentum 0.9, weight decay 5e-4, learning
+# rate 0.1, batch 128, / 10 at 150/350 and 250/350 of the epochs) compressed from 350 to 60 epochs:
+# drops after epochs 26 and 43. Mukhoti et al. (Sec. 3, Fig. 2) show cross-entropy's test NLL
+# rising right after the first drop (epoch 150), once the network fits its training set, while the
+# test error keeps falling; the 17 epochs at 0.01 and 17 at 0.001 that follow the drops here are
+# several times what a ResNet-50 needs to fit CIFAR-10's training set at those rates, so the
+# overfitting that focal loss is meant to prevent shows up, as it does in the cpu profile's
+# 18-epoch Fashion-MNIST runs (8 epochs before the first drop).
+# Training data: all 45 000 training images (5 000 held out for validation, as in the papers), the
+# full test set; per-epoch records on all of them (an evaluation pass is about a tenth of an epoch
+# on a GPU). The loaders use worker processes and pinned memory ("auto"), the trainer bf16 autocast
+# and channels_last (TrainSettings "auto" on CUDA). torch.compile stays off: it is untested on the
+# papers' networks here; pass "torch_compile": True in GPU_TRAIN to try it.
+#
+# Expected cost on one H100 (an ESTIMATE, not a measurement: no GPU was at hand when this profile
+# was written). ResNet-50 for 32x32 inputs (3x3 stem, no max-pool) costs about 1.3 GFLOPs per image
+# forward (torchvision's 4.1 at 224x224 with its stage-1 maps at 56x56; here 32x32), so about
+# 4 GFLOPs per training image and 1.8e14 per epoch of 45 000 images; at the 30-50 TFLOP/s that
+# eager PyTorch reaches on such small maps with bf16 and channels_last, and with about 350 steps of
+# launch overhead, about 8-12 s per epoch, evaluation included. Wide-ResNet-26-10 (36.5 M
+# parameters, about 5 GFLOPs per image forward) uses the tensor cores better: about 12-18 s per
+# epoch. Call it 10 s and 15 s:
+#   main comparison  2 datasets x (10 + 15 s) x 60 epochs x 7 losses       ~ 21 000 s  5.8 h
+#   other losses     CIFAR-10 ResNet-50, 11 losses x 60 epochs x 10 s      ~  6 600 s  1.8 h
+#   training length  CIFAR-10 ResNet-50, 4 losses x 30 epochs x 10 s      ~  1 200 s  0.3 h
+#   curvature, Psi   MLPs on CIFAR-10 (33 + 36 runs of a few seconds an epoch; papermill's
+#                    start, about 15 s a run, dominates)                  ~  3 600 s  1.0 h
+#   in all (112 runs), with --jobs 1                                       ~ 32 400 s  9 h
+# The MLP runs leave the GPU mostly idle: `--jobs 2` overlaps them with the networks' runs.
+GPU_TRAIN = {"epochs": 60, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd", "lr": 0.1,
+             "device": "auto", "train_subset": 0, "eval_subset": 0}
+# Mukhoti et al.'s Fig. 1 (training-set reliability) for the Fig. 3 losses: logits of the
+# training split after epochs 5, 20 (before the first drop), 40 and 60
+GPU_FIG1_TRAIN = {**GPU_TRAIN, "logits_epochs": [5, 20, 40, 60], "train_logits": True}
+# the losses that the cpu profile trains with the gradient norm clipped at 2 are clipped here too,
+# so that the two profiles compare the same recipes (Mukhoti et al.'s released code clips every loss)
+GPU_CLIPPED_TRAIN = {**GPU_TRAIN, "clip_grad_norm": 2.0}
+GPU_MODELS = ("resnet50", "wide_resnet26_10")
+CIFAR = ("cifar10", "cifar100")
+# FLSc-531's gamma steps (after 100 and 250 of 350 epochs) at 60 epochs
+GPU_FLSC531 = loss("flsc531", milestones=[17, 43], label="FLSc-531")
+#: the Fashion-MNIST comparison's losses other than the main seven (Mukhoti's baselines, Zhou's
+#: losses, K&K's FL-7 and AdaFocal), for CIFAR-10 ResNet-50 only
+GPU_OTHER_LOSSES = ((MUKHOTI_BASELINES[0], MUKHOTI_BASELINES[1], GPU_FLSC531, MUKHOTI_BASELINES[3])
+                    + ZHOU_LOSSES + KK_EXTRA_LOSSES)
+# Training length: ResNet-50 on CIFAR-10 at a constant learning rate 0.01 (0.1 would keep the
+# network far from fitting its training set), logits after 1-30 epochs
+GPU_LENGTH_TRAIN = {**GPU_TRAIN, "epochs": 30, "schedule": None, "lr": 0.01,
+                    "logits_epochs": [1, 2, 3, 5, 10, 20, 30]}
+# Curvature (Kimura & Naganuma 2024, Figs. 2-4) and Psi (Charoenphakdee et al. 2021, Figs. 4-6):
+# the cpu profile's MLPs, reading CIFAR-10's 3 072 inputs, on all 45 000 training images; the
+# Hessian-vector products of the curvature measurement and of the Tr(H) penalty stay cheap on an MLP
+# (a penalty step on a ResNet-50 would cost several ordinary steps). Psi's small-data setting keeps
+# a tenth of the training images (4 500), as their CIFAR10-s does.
+CIFAR_INPUTS = 3 * 32 * 32
+GPU_CURVATURE_MLP = {**CURVATURE_MLP, "in_features": CIFAR_INPUTS}
+GPU_CURVATURE_TRAIN = {**CPU_CURVATURE_TRAIN, "train_subset": 0, "eval_subset": 0}
+GPU_PSI_TRAIN = {**CPU_PSI_TRAIN, "train_subset": 0, "eval_subset": 0, "record_subset": 0}
+GPU_PSI_SMALL_DATA_TRAIN = {**GPU_PSI_TRAIN, "train_subset": 4500}
+
+
+def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, Any],
+                seeds: Sequence[int], models: Sequence[str], other_losses: Sequence[Loss],
+                analysis_seeds: Sequence[int]) -> list[Block]:
+    """The blocks shared by the gpu and paper profiles: the main comparison on CIFAR-10/100
+    (``models``), the other losses on CIFAR-10 ResNet-50, and the training-length, curvature and
+    Psi analogues of the cpu profile's blocks."""
+    clipped_main = tuple(lo for lo in CLIPPED_LOSSES if lo.name == "dual_focal")
+    clipped_other = tuple(lo for lo in CLIPPED_LOSSES if lo.name != "dual_focal")
+    return [
+        Block(CIFAR, models, FIG3_LOSSES, seeds, train=fig1),
+        Block(CIFAR, models, (TABLE1_LOSSES[3], TABLE1_LOSSES[4]), seeds, train=train),
+        Block(CIFAR, models, clipped_main, seeds, train=clipped),
+        Block(["cifar10"], ["resnet50"], other_losses, seeds, train=train),
+        Block(["cifar10"], ["resnet50"], clipped_other, seeds, train=clipped),
+        Block(["cifar10"], ["resnet50"], LENGTH_LOSSES, seeds, train=GPU_LENGTH_TRAIN, posthoc=SMOKE_POSTHOC),
+        Block(["cifar10"], ["mlp"], curvature_losses()[0], analysis_seeds, train=GPU_CURVATURE_TRAIN,
+              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP),
+        Block(["cifar10"], ["mlp"], curvature_losses()[1], analysis_seeds[:2], train=GPU_CURVATURE_TRAIN,
+              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP),
+        *psi_blocks(GPU_PSI_TRAIN, GPU_PSI_SMALL_DATA_TRAIN, analysis_seeds[:2], dataset="cifar10",
+                    in_features=CIFAR_INPUTS)]
+
+
+# ---------------------------------------------------------------------- the paper profile ---
+# The papers' full grids: CIFAR-10/100 on ResNet-50, ResNet-110, Wide-ResNet-26-10 and
+# DenseNet-121 (Mukhoti et al. Table 1; Komisarenko & Kull Table 1) with every loss of the
+# Fashion-MNIST comparison, 350 epochs, 5 seeds; Tiny-ImageNet on the papers' ResNet-50 (100
+# epochs, batch 64, drops after 40 and 60); the gpu profile's training-length, curvature and Psi
+# blocks with 5 seeds. For a SLURM cluster (one GPU and 8 cores per run; --executor slurm).
+# Expected cost (an ESTIMATE from the gpu profile's per-epoch figures, H100-class GPUs): ResNet-50
+# ~1 h a run, ResNet-110 ~2 h, WRN-26-10 ~1.5 h, DenseNet-121 ~2 h; 2 datasets x 18 losses x 5 seeds
+# x ~6.5 h over the four networks ~ 1 170 GPU-hours; Tiny-ImageNet (90 000 images of 64x64, about
+# 8x a CIFAR epoch, 100 epochs) 18 x 5 x ~2.2 h ~ 200 GPU-hours; the rest (training length,
+# MLPs) ~ 30 GPU-hours; in all about 1 400 GPU-hours (917 runs), about 3 days on 20 GPUs.
+PAPER_TRAIN = {**GPU_TRAIN, "epochs": 350}
+PAPER_FLSC531 = loss("flsc531", milestones=[100, 250], label="FLSc-531")
+PAPER_OTHER_LOSSES = tuple(PAPER_FLSC531 if lo.name == "flsc531" else lo for lo in GPU_OTHER_LOSSES)
+PAPER_MODELS = ("resnet50", "resnet110", "wide_resnet26_10", "densenet121")
+PAPER_SEEDS = (0, 1, 2, 3, 4)
+PAPER_TINY_TRAIN = {**PAPER_TRAIN, "epochs": 100, "schedule": "paper_tiny_imagenet", "batch_size": 64}
+
+
+def _paper_blocks() -> list[Block]:
+    blocks = _gpu_blocks(PAPER_TRAIN, {**PAPER_TRAIN, "logits_epochs": [10, 100, 200, 350], "train_logits": True},
+                         {**PAPER_TRAIN, "clip_grad_norm": 2.0}, PAPER_SEEDS, PAPER_MODELS,
+                         PAPER_OTHER_LOSSES, PAPER_SEEDS)
+    # the other losses on the whole grid, not on CIFAR-10 ResNet-50 alone
+    blocks[3] = Block(CIFAR, PAPER_MODELS, PAPER_OTHER_LOSSES, PAPER_SEEDS, train=PAPER_TRAIN)
+    blocks[4] = Block(CIFAR, PAPER_MODELS, blocks[4].losses, PAPER_SEEDS, train=blocks[4].train)
+    # Tiny-ImageNet: every loss; FLSc-531's steps at 100/350 and 250/350 of its 100 epochs
+    tiny_flsc = loss("flsc531", milestones=[29, 71], label="FLSc-531")
+    unclipped = [lo for lo in FMNIST_LOSSES if lo not in CLIPPED_LOSSES]
+    tiny = [Block(["tiny_imagenet"], ["resnet50_tiny"],
+                  [tiny_flsc if lo.name == "flsc531" else lo for lo in unclipped], PAPER_SEEDS,
+                  train=PAPER_TINY_TRAIN),
+            Block(["tiny_imagenet"], ["resnet50_tiny"], CLIPPED_LOSSES, PAPER_SEEDS,
+                  train={**PAPER_TINY_TRAIN, "clip_grad_norm": 2.0})]
+    return blocks + tiny
+
+
+PROFILES: dict[str, Profile] = {
+    "smoke": Profile(
+        "every template and every loss on tiny data, for `make test` (< 3 minutes on 2 cores)",
+        # cross-entropy and focal loss run on Fashion-MNIST and on the 1-D synthetic task (so that
+        # each experiment chapter has the two losses it compares), every other loss on the
+        # Gaussian mixture
+        [Block(["fashion_mnist"], ["cnn"], SMOKE_PAIR, [0], posthoc=SMOKE_POSTHOC,
+               train={**SMOKE_TRAIN, "logits_epochs": [1], "train_logits": True, "record_subset": 128}),
+         Block(["charoenphakdee_1d"], ["mlp"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
+         Block(["gaussian_mixture"], ["mlp"],
+               [lo for lo in ALL_LOSSES if lo.name not in {f.name for f in SMOKE_PAIR}], [0],
+               train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
+         Block(["fashion_mnist"], ["mlp"], SMOKE_CURVATURE_LOSSES, [0],
+               train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
+         Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
+               posthoc=SMOKE_POSTHOC),
+         *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
+                     (PSI_LOSSES[0], PSI_LOSSES[3]))]),
+    "cpu": Profile(
+        "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
+        [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train=CPU_FMNIST_FIG1_TRAIN),
+         Block(["fashion_mnist"], ["cnn"],
+               (TABLE1_LOSSES[3], TABLE1_LOSSES[4]) + MUKHOTI_BASELINES + ZHOU_LOSSES + KK_EXTRA_LOSSES,
+               [0, 1, 2], train=CPU_FMNIST_TRAIN),
+         Block(["fashion_mnist"], ["cnn"], CLIPPED_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
+         Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABLE1_LOSSES, [0],
+               train=CPU_SYNTHETIC_TRAIN),
+         Block(["fashion_mnist"], ["mlp"], curvature_losses()[0], [0, 1, 2], train=CPU_CURVATURE_TRAIN,
+               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
+         Block(["fashion_mnist"], ["mlp"], curvature_losses()[1], [0, 1], train=CPU_CURVATURE_TRAIN,
+               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
+         Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
+               posthoc=SMOKE_POSTHOC),
+         *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
+    "gpu": Profile(
+        "CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, the papers' schedule compressed "
+        "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 9 hours)",
+        _gpu_blocks(GPU_TRAIN, GPU_FIG1_TRAIN, GPU_CLIPPED_TRAIN, [0], GPU_MODELS, GPU_OTHER_LOSSES,
+                    [0, 1, 2])),
+    "paper": Profile(
+        "CIFAR-10/100 and Tiny-ImageNet with the papers' networks, schedules and losses, 5 seeds "
+        "(a SLURM cluster: about 1 400 GPU-hours)",
+        _paper_blocks()),
+}
+
+
+def get_profile(name: str, *, shrunk: bool = False) -> Profile:
+    """``PROFILES[name]``, or its :func:`shrink` version (``shrunk=True``)."""
+    if name not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {name!r}")
+    return shrink(PROFILES[name]) if shrunk else PROFILES[name]
+
+
+#: the smallest variants of the networks that take a size (the others have none: ResNet-50 stays)
+SHRUNK_MODEL_PARAMS: dict[str, dict[str, Any]] = {"wide_resnet26_10": {"depth": 8, "width": 1}}
+
+
+def page_losses() -> list[Loss]:
+    # the losses the smoke profile trains on image data: those every experiment page's smoke build
+    # has (a list: a loss's parameters may hold lists, which do not hash)
+    return [r.loss for r in PROFILES["smoke"].expand() if r.dataset == "fashion_mnist"]
+
+
+def shrink(profile: Profile, *, epochs: int = 1, train_subset: int = 32, eval_subset: int = 32,
+           batch_size: int = 16, losses: Iterable[Loss] | None = None, losses_per_block: int = 2,
+           model_params: dict[str, dict[str, Any]] | None = None) -> Profile:
+    """A tiny version of ``profile`` with its structure (datasets, networks, blocks, settings that
+    change what a run records), to run on a CPU in minutes: every code path but the hardware.
+
+    Each block keeps its datasets, networks and first seed, and of its losses at most
+    ``losses_per_block`` of those in ``losses``, in that order (default: the losses the smoke
+    profile trains on Fashion-MNIST, so CE, focal loss with gamma = 3, the curvature and Psi
+    chapters' pairs: what every experiment page compares); a block left without a loss is dropped. Its training runs ``epochs`` epochs on ``batch_size``-image
+    batches of ``eval_subset`` validation and test images and of ``train_subset`` training images
+    where the block used all of them; blocks that capped the training split keep their order of
+    sizes (the largest cap gets ``train_subset // 2``, the next ``// 4``, ...), so that the Psi
+    blocks' full and small-data settings stay apart. Saved-logits epochs become ``[epochs]``,
+    ``record_subset`` and the curvature measurement shrink to a few samples and steps, the
+    networks of ``model_params`` (default :data:`SHRUNK_MODEL_PARAMS`) get those keyword
+    arguments, and the post-hoc step searches a coarse focal-TS grid (the smoke profile's).
+
+    Raises
+    ------
+    ValueError
+        ``epochs``, ``train_subset``, ``eval_subset`` or ``batch_size`` not a positive integer, or
+        the shrunk blocks collide (two runs with the same id).
+    """
+    from .._validation import check_int
+
+    epochs = check_int(epochs, "epochs")
+    train_subset = check_int(train_subset, "train_subset")
+    eval_subset = check_int(eval_subset, "eval_subset")
+    batch_size = check_int(batch_size, "batch_size")
+    losses_per_block = check_int(losses_per_block, "losses_per_block")
+    keep = page_losses() if losses is None else list(losses)
+    shapes = SHRUNK_MODEL_PARAMS if model_params is None else model_params
+    capped = sorted({int(b.train.get("train_subset", 0)) for b in profile.blocks} - {0}, reverse=True)
+    blocks = []
+    for b in profile.blocks:
+        chosen = sorted((lo for lo in b.losses if lo in keep), key=keep.index)[:losses_per_block]
+        if not chosen:
+            continue
+        t = dict(b.train)
+        cap = int(t.get("train_subset", 0))
+        t.update(epochs=epochs, batch_size=batch_size, eval_subset=eval_subset,
+                 train_subset=max(batch_size, train_subset >> (capped.index(cap) + 1)) if cap else train_subset)
+        if t.get("logits_epochs"):
+            t["logits_epochs"] = [epochs]
+        if t.get("record_subset"):
+            t["record_subset"] = max(1, eval_subset // 2)
+        if t.get("curvature_samples"):
+            t.update(curvature_samples=eval_subset, curvature_iters=3, curvature_probes=2)
+        for model in b.models:
+            blocks.append(Block(b.datasets, [model], chosen, list(b.seeds)[:1], train=t,
+                                posthoc={**b.posthoc, **SMOKE_POSTHOC},
+                                model_params={**b.model_params, **shapes.get(model, {})}))
+    small = Profile(f"{profile.description} -- shrunk: {epochs} epoch(s), {train_subset} training "
+                    f"images, batches of {batch_size}", blocks)
+    small.expand()  # raises on colliding runs
+    return small
+
+
