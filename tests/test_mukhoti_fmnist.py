@@ -15,6 +15,7 @@ import torch
 from focalcal.lab import sweep
 from focalcal.lab.records import GRAD_NORM_EDGES, prediction_stats
 from focalcal_book import mukhoti_fmnist as mf
+from focalcal_book import verdicts as vd
 
 matplotlib.use("Agg")
 
@@ -59,29 +60,23 @@ def _values(a, b, col="x"):
 
 def test_compare_seeds():
     c = mf.compare_seeds(_values([1, 2, 3], [2, 3, 4]), "x", "A", "B")
-    assert c["verdict"] == mf.HOLDS and (c["agree"], c["pairs"]) == (3, 3) and not c["separate"]
+    assert c["verdict"] == vd.HOLDS and (c["agree"], c["pairs"]) == (3, 3) and not c["separate"]
     assert c["lower_range"] == (1, 3) and c["higher_range"] == (2, 4)
     assert mf.compare_seeds(_values([1, 2], [5, 6]), "x", "A", "B")["separate"]
-    assert mf.compare_seeds(_values([3, 4], [1, 2]), "x", "A", "B")["verdict"] == mf.FAILS
-    assert mf.compare_seeds(_values([1, 4], [2, 3]), "x", "A", "B")["verdict"] == mf.OPEN
-    assert mf.compare_seeds(_values([1], [2]), "x", "A", "B")["verdict"] == mf.OPEN  # one seed
-    assert mf.compare_seeds(_values([1], []), "x", "A", "B")["verdict"] is None
-
-
-def test_overall():
-    assert mf.overall([mf.HOLDS, mf.HOLDS]) == mf.HOLDS
-    assert mf.overall([mf.FAILS, mf.OPEN]) == mf.FAILS
-    assert mf.overall([mf.HOLDS, mf.FAILS]) == mf.OPEN
-    assert mf.overall([None]) is None
+    assert mf.compare_seeds(_values([3, 4], [1, 2]), "x", "A", "B")["verdict"] == vd.DOES_NOT_HOLD
+    assert mf.compare_seeds(_values([1, 4], [2, 3]), "x", "A", "B")["verdict"] == vd.NOT_RESOLVED
+    assert mf.compare_seeds(_values([2, 2], [2, 2]), "x", "A", "B")["verdict"] == vd.DOES_NOT_HOLD  # ties: not lower
+    assert mf.compare_seeds(_values([1], [2]), "x", "A", "B")["verdict"] == vd.NOT_RESOLVED  # one seed
+    assert mf.compare_seeds(_values([1], []), "x", "A", "B")["verdict"] == vd.NOT_RUN
 
 
 def test_temperature_verdict():
-    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5]) == mf.HOLDS
-    assert mf.temperature_verdict([0.5, 0.6], [2.3, 2.5]) == mf.FAILS
-    assert mf.temperature_verdict([1.0, 1.1], [1.2, 1.3]) == mf.FAILS
-    assert mf.temperature_verdict([1.0, 0.5], [2.0, 2.0]) == mf.OPEN
-    assert mf.temperature_verdict([1.0], [2.0]) == mf.OPEN  # one seed
-    assert mf.temperature_verdict([0.8, 0.8], [2.0, 2.0], near=0.1) == mf.FAILS
+    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5]) == vd.HOLDS
+    assert mf.temperature_verdict([0.5, 0.6], [2.3, 2.5]) == vd.DOES_NOT_HOLD
+    assert mf.temperature_verdict([1.0, 1.1], [1.2, 1.3]) == vd.DOES_NOT_HOLD
+    assert mf.temperature_verdict([1.0, 0.5], [2.0, 2.0]) == vd.NOT_RESOLVED
+    assert mf.temperature_verdict([1.0], [2.0]) == vd.NOT_RESOLVED  # one seed
+    assert mf.temperature_verdict([0.8, 0.8], [2.0, 2.0], near=0.1) == vd.DOES_NOT_HOLD
     assert mf.temperature_verdict([], [2.0]) is None
 
 

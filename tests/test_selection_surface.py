@@ -101,7 +101,8 @@ def test_plot_has_one_panel_per_surface_and_labelled_overlays(over_confident):
 # --------------------------------------------------------------------------------------------
 
 def test_trend_verdicts_follow_the_seed_ranges():
-    from focalcal_book.selection_surface import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, trend
+    from focalcal_book.selection_surface import trend
+    from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN
 
     falling = trend([[1.0, 1.1], [0.8, 0.9], [0.5, 0.6]])
     assert falling["verdict"] == HOLDS and falling["steps"] == ["down", "down"] and falling["ends"] == "down"
@@ -125,7 +126,7 @@ def test_trend_sentence_and_seed_ranges():
     assert text.startswith("T falls: **does not hold**")
     assert "downwards at 1 and upwards at 1 of the 2 steps" in text and "two ends separate downwards" in text
     assert seed_ranges([[0.011, 0.0125], [0.02]], [0.0, 3.0], scale=100) == (
-        "1.10-1.25 at $\\gamma_{tr} = 0$, 2.00 at $\\gamma_{tr} = 3$")
+        "1.10–1.25 at $\\gamma_{tr} = 0$, 2.00 at $\\gamma_{tr} = 3$")
     with pytest.raises(ValueError, match="gammas"):
         seed_ranges([[1.0]], [0.0, 1.0])
 
@@ -133,7 +134,8 @@ def test_trend_sentence_and_seed_ranges():
 def test_paired_lower_counts_seeds_of_each_run():
     import pandas as pd
 
-    from focalcal_book.selection_surface import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, paired_lower
+    from focalcal_book.selection_surface import paired_lower
+    from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED
 
     rows = []
     for loss, diffs in {"a": [-0.01, -0.02], "b": [0.01, -0.01], "c": [0.02, 0.01], "d": [-0.01]}.items():

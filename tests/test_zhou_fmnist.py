@@ -17,6 +17,7 @@ import torch
 
 from focalcal.lab import sweep
 from focalcal.lab.results.released import zhou_row
+from focalcal_book import verdicts as vd
 from focalcal_book import zhou_fmnist as zf
 
 
@@ -64,14 +65,6 @@ def test_select_runs_filters_and_orders():
         zf.select_runs(pd.DataFrame({"run": ["a"]}))
 
 
-def test_spread_text():
-    assert zf.spread_text([0.01, 0.03, 0.02]) == "2.00 (1.00–3.00)"
-    assert zf.spread_text([0.5], scale=1.0, digits=1) == "0.5 (one seed)"
-    assert zf.spread_text([-0.01, 0.01]) == "0.00 (−1.00–1.00)"
-    with pytest.raises(ValueError, match="values"):
-        zf.spread_text([])
-
-
 def test_spread_table_one_row_per_loss():
     t = frame({"cross-entropy": [0.1, 0.2], "AURC": [0.3, 0.5]})
     out = zf.spread_table(t, {"ece_raw": "ECE (%)"})
@@ -81,10 +74,10 @@ def test_spread_table_one_row_per_loss():
 
 
 @pytest.mark.parametrize("target, verdict", [
-    ([0.02, 0.025, 0.03], zf.HOLDS),            # within the best loss's range
-    ([0.005, 0.01, 0.012], zf.HOLDS),           # below it
-    ([0.04, 0.05, 0.06], zf.DOES_NOT_HOLD),     # every seed above the best loss's worst seed
-    ([0.02, 0.03, 0.05], zf.NOT_RESOLVED),      # overlaps, extends above
+    ([0.02, 0.025, 0.03], vd.HOLDS),            # within the best loss's range
+    ([0.005, 0.01, 0.012], vd.HOLDS),           # below it
+    ([0.04, 0.05, 0.06], vd.DOES_NOT_HOLD),     # every seed above the best loss's worst seed
+    ([0.02, 0.03, 0.05], vd.NOT_RESOLVED),      # overlaps, extends above
 ])
 def test_competitive_rules(target, verdict):
     t = frame({"cross-entropy": [0.08, 0.07, 0.09], "FLSD-53": [0.02, 0.03, 0.025], "selective-risk": target})
@@ -95,18 +88,18 @@ def test_competitive_rules(target, verdict):
 
 
 def test_competitive_without_runs_or_spread():
-    assert zf.competitive(frame({"cross-entropy": [0.1, 0.2]}), "ece_raw")["verdict"] == zf.NOT_RUN
-    assert zf.competitive(frame({"selective-risk": [0.1, 0.2]}), "ece_raw")["verdict"] == zf.NOT_RUN
+    assert zf.competitive(frame({"cross-entropy": [0.1, 0.2]}), "ece_raw")["verdict"] == vd.NOT_RUN
+    assert zf.competitive(frame({"selective-risk": [0.1, 0.2]}), "ece_raw")["verdict"] == vd.NOT_RUN
     one = frame({"cross-entropy": [0.2], "selective-risk": [0.1]})
-    assert zf.competitive(one, "ece_raw")["verdict"] == zf.NOT_RESOLVED
+    assert zf.competitive(one, "ece_raw")["verdict"] == vd.NOT_RESOLVED
     with pytest.raises(ValueError, match="column"):
         zf.competitive(one, "nope")
 
 
 @pytest.mark.parametrize("target, verdict, lower", [
-    ([0.01, 0.02], zf.HOLDS, 2),
-    ([0.04, 0.05], zf.DOES_NOT_HOLD, 0),
-    ([0.025, 0.045], zf.NOT_RESOLVED, 1),
+    ([0.01, 0.02], vd.HOLDS, 2),
+    ([0.04, 0.05], vd.DOES_NOT_HOLD, 0),
+    ([0.025, 0.045], vd.NOT_RESOLVED, 1),
 ])
 def test_lower_than_rules(target, verdict, lower):
     t = frame({"cross-entropy": [0.03, 0.04], "selective-risk": target}, "aurc_msp")
@@ -115,31 +108,21 @@ def test_lower_than_rules(target, verdict, lower):
 
 
 def test_lower_than_not_run():
-    assert zf.lower_than(frame({"cross-entropy": [0.03, 0.04]}, "aurc_msp"), "aurc_msp")["verdict"] == zf.NOT_RUN
-
-
-def test_combine():
-    assert zf.combine([zf.HOLDS, zf.HOLDS]) == zf.HOLDS
-    assert zf.combine([zf.HOLDS, zf.NOT_RESOLVED]) == zf.NOT_RESOLVED
-    assert zf.combine([zf.HOLDS, zf.DOES_NOT_HOLD, zf.NOT_RESOLVED]) == zf.DOES_NOT_HOLD
-    assert zf.combine([zf.NOT_RUN, zf.DOES_NOT_HOLD]) == zf.NOT_RUN
-    for bad in ([], ["maybe"]):
-        with pytest.raises(ValueError, match="verdicts"):
-            zf.combine(bad)
+    assert zf.lower_than(frame({"cross-entropy": [0.03, 0.04]}, "aurc_msp"), "aurc_msp")["verdict"] == vd.NOT_RUN
 
 
 def test_claim_lists():
     t = frame({"cross-entropy": [0.08, 0.09], "FLSD-53": [0.02, 0.03], "selective-risk": [0.05, 0.06]})
     t["cwece_raw"] = t["ece_raw"] / 4
     verdict, items = zf.calibration_claim(t, {"ece_raw": "ECE", "cwece_raw": "cwECE"})
-    assert verdict == zf.DOES_NOT_HOLD
+    assert verdict == vd.DOES_NOT_HOLD
     assert items.count("\n- ") == 1 and items.startswith("- ECE: selective-risk 5.50 (5.00–6.00) %")
     assert "FLSD-53" in items and "on 2 of 2 seeds" in items
     t["aurc_msp"] = t["ece_raw"]
     verdict, items = zf.aurc_claim(t, {"msp": "MSP"})
-    assert verdict == zf.HOLDS and "**holds**" in items and "lower on 2 of 2 seeds" in items
+    assert verdict == vd.HOLDS and "**holds**" in items and "lower on 2 of 2 seeds" in items
     verdict, items = zf.aurc_claim(t[t["loss_label"] != "selective-risk"], {"msp": "MSP"})
-    assert verdict == zf.NOT_RUN and "no runs of selective-risk" in items
+    assert verdict == vd.NOT_RUN and "no runs of selective-risk" in items
     with pytest.raises(ValueError):
         zf.aurc_claim(t, {})
 
@@ -232,7 +215,7 @@ def test_target_context(tmp_path):
     assert "eq. 27" in text and "training images" not in text
     text = zf.target_context(tmp_path, t.assign(near_uniform=[0.0, 0.0, 0.1, 0.6]), n_classes=10)
     assert "eq. 27" not in text  # most images near uniform on every seed, or no mechanism sentence
-    assert zf.NOT_RUN in zf.target_context(tmp_path, t[t["loss_label"] != "selective-risk"], n_classes=10)
+    assert vd.NOT_RUN in zf.target_context(tmp_path, t[t["loss_label"] != "selective-risk"], n_classes=10)
     assert "nothing to be compared" in zf.target_context(tmp_path, t[t["loss_label"] == "selective-risk"],
                                                          n_classes=10)
     with pytest.raises(ValueError, match="n_classes"):

@@ -13,4 +13,6 @@
 - ``focalcal_book.released``      tables, verdicts and figures of the released-models pages
 - ``focalcal_book.training_length``, ``mukhoti_fmnist``, ``psi_capacity``, ``selection_surface``,
   ``zhou_fmnist``: the run tables, figures and verdicts of the experiment pages of those names
+- ``focalcal_book.verdicts``      the experiment pages' verdicts and their rules (paired seeds, seed
+  ranges, combining a claim's parts, a seed range in prose)
 """

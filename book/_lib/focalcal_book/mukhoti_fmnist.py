@@ -10,7 +10,8 @@ verdicts on their qualitative claims:
   (:func:`focalcal.lab.results.released.mukhoti_row`) beside K&K's temperatures of ``results.csv``;
 - :func:`prefix_histories`: per-epoch records on one evaluation subset at every epoch;
 - :func:`nll_rise`, :func:`late_mean`, :func:`final_stat`, :func:`compare_seeds`,
-  :func:`overall`, :func:`temperature_verdict`: the per-seed numbers behind each verdict;
+  :func:`temperature_verdict`: the per-seed numbers behind each verdict (the verdicts and the rule
+  that joins them, :func:`focalcal_book.verdicts.combine`, are :mod:`focalcal_book.verdicts`'s);
 - :func:`plot_split_curves` (Fig. 2), :func:`plot_band_curves` (Figs. 3, 10),
   :func:`plot_grad_norm_hists` (Fig. 4b-d), :func:`plot_train_reliability` (Fig. 1).
 
@@ -30,12 +31,13 @@ import torch
 
 from focalcal.lab import sweep
 from focalcal.lab.io import torch_load
+from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, compare_ranges, paired
 
-__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE", "HOLDS",
-           "FAILS", "OPEN", "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary",
+__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE",
+           "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary",
            "range_cells",
            "prefix_histories", "late_epochs", "nll_rise", "late_mean", "final_stat", "grad_norm_medians", "compare_seeds",
-           "overall", "temperature_verdict", "scaled_epochs", "plot_split_curves", "plot_band_curves",
+           "temperature_verdict", "scaled_epochs", "plot_split_curves", "plot_band_curves",
            "plot_grad_norm_hists", "plot_train_reliability"]
 
 
@@ -239,16 +241,11 @@ def final_stat(out: str | Path, results, stat: str, split: str = "test"):
 # verdicts
 # --------------------------------------------------------------------------------------------
 
-#: the three verdicts of a claim
-HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this scale"
-
-
 def compare_seeds(values, column: str, lower: str, higher: str) -> dict[str, Any]:
     """Whether ``column`` is lower for the loss ``lower`` than for ``higher``, seed by seed.
 
-    ``values``: rows ``loss_label``, ``seed``, ``column``. Seeds are paired by number. Verdict:
-    :data:`HOLDS` when every pair (at least two) agrees, :data:`FAILS` when every pair (at least two)
-    says the opposite, otherwise :data:`OPEN` (one seed, or pairs that disagree). Returns
+    ``values``: rows ``loss_label``, ``seed``, ``column``. Seeds are paired by number; the verdict
+    is :func:`focalcal_book.verdicts.paired`'s (:data:`NOT_RUN` without a shared seed). Returns
     ``verdict``, ``agree`` and ``pairs`` (counts), ``lower_range`` and ``higher_range`` (least and
     largest seed) and ``separate`` (the two ranges do not overlap).
     """
@@ -258,28 +255,14 @@ def compare_seeds(values, column: str, lower: str, higher: str) -> dict[str, Any
     a, b = per_seed(lower), per_seed(higher)
     seeds = sorted(set(a.index) & set(b.index))
     if not seeds:
-        return {"verdict": None, "agree": 0, "pairs": 0, "lower_range": (np.nan, np.nan),
+        return {"verdict": NOT_RUN, "agree": 0, "pairs": 0, "lower_range": (np.nan, np.nan),
                 "higher_range": (np.nan, np.nan), "separate": False}
-    a, b = a.loc[seeds], b.loc[seeds]
-    agree = int((a < b).sum())
-    n = len(seeds)
-    verdict = OPEN if n < 2 else HOLDS if agree == n else FAILS if agree == 0 else OPEN
+    a, b = a.loc[seeds].to_numpy(dtype=float), b.loc[seeds].to_numpy(dtype=float)
     ra, rb = (float(a.min()), float(a.max())), (float(b.min()), float(b.max()))
-    return {"verdict": verdict, "agree": agree, "pairs": n, "lower_range": ra, "higher_range": rb,
-            "separate": ra[1] < rb[0] or rb[1] < ra[0]}
-
-
-def overall(verdicts: Sequence[str | None]) -> str | None:
-    """One verdict from several comparisons: :data:`HOLDS` when all hold, :data:`FAILS` when none
-    holds and one fails, otherwise :data:`OPEN`; ``None`` when nothing was compared."""
-    v = [x for x in verdicts if x is not None]
-    if not v:
-        return None
-    if all(x == HOLDS for x in v):
-        return HOLDS
-    if HOLDS not in v and FAILS in v:
-        return FAILS
-    return OPEN
+    # strictly apart either way; min_seeds=1: a description of the ranges, not a verdict
+    separate = HOLDS in (compare_ranges(a, b, min_seeds=1), compare_ranges(b, a, min_seeds=1))
+    return {"verdict": paired(a - b), "agree": int(np.sum(a < b)), "pairs": len(seeds), "lower_range": ra,
+            "higher_range": rb, "separate": separate}
 
 
 def temperature_verdict(t_flsd: Sequence[float], t_ce: Sequence[float], *, near: float = NEAR_ONE,
@@ -287,18 +270,18 @@ def temperature_verdict(t_flsd: Sequence[float], t_ce: Sequence[float], *, near:
     """Mukhoti et al.'s "FLSD-53's optimal temperature is near 1, cross-entropy's well above 1".
 
     :data:`HOLDS` when at least two seeds of each are given, every FLSD-53 seed has
-    ``|T - 1| <= near`` and every cross-entropy seed ``T >= above``; :data:`FAILS` when every
-    FLSD-53 seed is farther from 1 or every cross-entropy seed is below ``above``; otherwise
-    :data:`OPEN`. ``None`` when either list is empty.
+    ``|T - 1| <= near`` and every cross-entropy seed ``T >= above``; :data:`DOES_NOT_HOLD` when
+    (at least two seeds of each and) every FLSD-53 seed is farther from 1 or every cross-entropy
+    seed is below ``above``; otherwise :data:`NOT_RESOLVED`. ``None`` when either list is empty.
     """
     f, c = np.asarray(t_flsd, dtype=float), np.asarray(t_ce, dtype=float)
     if not len(f) or not len(c):
         return None
     if np.all(np.abs(f - 1) > near + 1e-9) or np.all(c < above - 1e-9):
-        return FAILS if min(len(f), len(c)) >= 2 else OPEN
+        return DOES_NOT_HOLD if min(len(f), len(c)) >= 2 else NOT_RESOLVED
     if min(len(f), len(c)) >= 2 and np.all(np.abs(f - 1) <= near + 1e-9) and np.all(c >= above - 1e-9):
         return HOLDS
-    return OPEN
+    return NOT_RESOLVED
 
 
 def scaled_epochs(epochs: int, paper: Sequence[int] = (10, 100, 200), paper_epochs: int = 350) -> list[int]:

@@ -11,9 +11,9 @@ along that line (Sec. 5.2): ``2m`` evaluations to find the best ``T`` at two anc
 module only runs them on the same grid, keeps what a figure needs, and draws it.
 
 Conventions: scores are the library's (ECE as a fraction, NLL in nats), smaller is better; a pair
-is ``(gamma_ev, T, score)``. Verdicts are decided from per-seed values: a claim **holds** only
-where the seed ranges (or every seed) agree with it, and is **not resolved at this scale** where
-they overlap or a loss has fewer than two seeds.
+is ``(gamma_ev, T, score)``. Verdicts are decided from per-seed values by the rules of
+:mod:`focalcal_book.verdicts`: a claim **holds** only where the seed ranges (or every seed) agree
+with it, and is **not resolved at this scale** where they overlap or a loss has fewer than two seeds.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ import numpy as np
 
 from focalcal.lab.results.protocol import fit_on_grid, temperature_grid
 from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling, focal_ts_scores
+from focalcal_book.verdicts import HOLDS, NOT_RUN, combine, compare_ranges, paired, spread_text
 
-__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "trend", "trend_sentence", "seed_ranges",
+__all__ = ["trend", "trend_sentence", "seed_ranges",
            "paired_lower", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_TEXT",
            "CRITERION_LABELS", "SelectionSurface", "selection_surface", "search_sentence", "line_tex",
            "plot_selection_surfaces", "best_t_curves", "plot_best_t_curves"]
 
-HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
-NOT_RUN = "not run in this build"
 
 
 def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict[str, Any]:
@@ -50,12 +49,14 @@ def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict
     Returns
     -------
     dict
-        ``verdict``: **holds** when at every step from one level to the next the seed ranges
-        separate in the claimed direction, **does not hold** when at some step they separate the
-        other way, **not resolved at this scale** otherwise or when a level has fewer than two
-        seeds, :data:`NOT_RUN` with fewer than two levels. ``steps``: per step ``"down"``,
-        ``"up"`` or ``"overlap"``. ``ends``: the same for the first against the last level.
-        ``means``: the mean per level.
+        ``verdict``: per step from one level to the next, the verdict of
+        :func:`focalcal_book.verdicts.compare_ranges` on the claimed direction, joined by
+        :func:`focalcal_book.verdicts.combine`: **holds** when the seed ranges separate in the claimed
+        direction at every step, **does not hold** when they separate the other way (or meet) at some
+        step, **not resolved at this scale** otherwise or at a step with a level of fewer than two
+        seeds; :data:`NOT_RUN` with fewer than two levels. ``steps``: per step ``"down"``, ``"up"`` or
+        ``"overlap"`` (how the two ranges lie, whatever the number of seeds). ``ends``: the same for
+        the first against the last level. ``means``: the mean per level.
 
     Raises
     ------
@@ -67,22 +68,16 @@ def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict
         raise ValueError("values must hold at least one value per level")
 
     def step(a: np.ndarray, b: np.ndarray) -> str:
-        return "down" if b.max() < a.min() else "up" if b.min() > a.max() else "overlap"
+        """How level ``b`` lies against the earlier level ``a`` (strictly apart: down / up)."""
+        return ("down" if compare_ranges(b, a, min_seeds=1) == HOLDS
+                else "up" if compare_ranges(a, b, min_seeds=1) == HOLDS else "overlap")
 
-    out: dict[str, Any] = {"verdict": NOT_RUN, "steps": [step(a, b) for a, b in zip(levels, levels[1:])],
+    pairs = list(zip(levels, levels[1:]))
+    out: dict[str, Any] = {"verdict": NOT_RUN, "steps": [step(a, b) for a, b in pairs],
                            "ends": step(levels[0], levels[-1]) if len(levels) > 1 else "overlap",
                            "means": [float(v.mean()) for v in levels]}
-    if len(levels) < 2:
-        return out
-    claimed, other = ("down", "up") if decreasing else ("up", "down")
-    if min(v.size for v in levels) < 2:
-        out["verdict"] = NOT_RESOLVED
-    elif all(s == claimed for s in out["steps"]):
-        out["verdict"] = HOLDS
-    elif other in out["steps"]:
-        out["verdict"] = DOES_NOT_HOLD
-    else:
-        out["verdict"] = NOT_RESOLVED
+    if pairs:
+        out["verdict"] = combine([compare_ranges(b, a) if decreasing else compare_ranges(a, b) for a, b in pairs])
     return out
 
 
@@ -99,16 +94,13 @@ def trend_sentence(verdict: dict[str, Any], claim: str) -> str:
 
 def seed_ranges(values: Sequence[Sequence[float]], gammas: Sequence[float], *, scale: float = 1.0,
                 digits: int = 2) -> str:
-    """``"lo-hi at $\\gamma_{tr} = g$, ..."``: the range over seeds of each level (one number where
-    the rounded ends agree), ``values`` scaled by ``scale`` (100 for percentages)."""
+    """``"lo–hi at $\\gamma_{tr} = g$, ..."``: the range over seeds of each level
+    (:func:`focalcal_book.verdicts.spread_text` without the mean: one number where the rounded
+    ends agree), ``values`` scaled by ``scale`` (100 for percentages)."""
     if len(values) != len(gammas):
         raise ValueError(f"values and gammas must have the same length, got {len(values)} and {len(gammas)}")
-    parts = []
-    for v, g in zip(values, gammas):
-        v = np.asarray(v, dtype=float)
-        lo, hi = f"{scale * v.min():.{digits}f}", f"{scale * v.max():.{digits}f}"
-        parts.append(lo + ("" if lo == hi else f"-{hi}") + f" at $\\gamma_{{tr}} = {g:g}$")
-    return ", ".join(parts)
+    return ", ".join(f"{spread_text(v, scale=scale, digits=digits, mean=False)} at $\\gamma_{{tr}} = {g:g}$"
+                     for v, g in zip(values, gammas))
 
 
 def paired_lower(results, method: str, baseline: str, column: str = "ece_mass"):
@@ -128,8 +120,9 @@ def paired_lower(results, method: str, baseline: str, column: str = "ece_mass"):
     DataFrame
         Indexed by ``loss_label`` (order of appearance): ``seeds``, ``lower`` (seeds where
         ``method`` is lower), ``min_diff`` and ``max_diff`` (``method - baseline`` over seeds) and
-        ``verdict``: **holds** when every seed is lower, **does not hold** when none is,
-        **not resolved at this scale** otherwise or with fewer than two seeds.
+        ``verdict``: :func:`focalcal_book.verdicts.paired` of the differences (**holds** when every
+        seed is lower, **does not hold** when none is, **not resolved at this scale** otherwise or
+        with fewer than two seeds).
     """
     import pandas as pd
 
@@ -144,11 +137,8 @@ def paired_lower(results, method: str, baseline: str, column: str = "ece_mass"):
         d = (g[method] - g[baseline]).dropna().to_numpy()
         if not d.size:
             continue
-        lower = int((d < 0).sum())
-        verdict = (NOT_RESOLVED if d.size < 2 else HOLDS if lower == d.size
-                   else DOES_NOT_HOLD if lower == 0 else NOT_RESOLVED)
-        rows.append({"loss_label": label, "seeds": int(d.size), "lower": lower, "min_diff": float(d.min()),
-                     "max_diff": float(d.max()), "verdict": verdict})
+        rows.append({"loss_label": label, "seeds": int(d.size), "lower": int((d < 0).sum()),
+                     "min_diff": float(d.min()), "max_diff": float(d.max()), "verdict": paired(d)})
     return pd.DataFrame(rows, columns=["loss_label", "seeds", "lower", "min_diff", "max_diff", "verdict"]
                         ).set_index("loss_label")
 

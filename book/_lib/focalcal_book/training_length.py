@@ -29,11 +29,12 @@ from focalcal import maps
 from focalcal.lab.io import torch_load
 from focalcal.metrics import ece
 from focalcal.posthoc import TemperatureScaling
+from focalcal_book.verdicts import HOLDS, paired
 
 __all__ = ["PAPER_LINES", "CALIBRATED", "sweep_runs", "map_temperature", "epoch_table", "map_predictions",
            "seed_summary", "regimes", "crossing_epochs", "best_loss_by_epoch", "segments",
            "describe_segments", "plot_ece_and_temperature", "plot_temperature_vs_map", "fmt_epochs",
-           "spread", "per_seed_mean", "regime_choice", "in_interval"]
+           "per_seed_mean", "regime_choice", "in_interval"]
 
 #: K&K (2024) Sec. 3.3: the least-squares lines ``1/T = a gamma + b`` of the TS map closest to the
 #: focal calibration map, as printed, for K = 3 and K = 4 classes (the book's theory chapter
@@ -46,15 +47,21 @@ CALIBRATED: tuple[float, float] = (0.8, 1.25)
 
 
 def sweep_runs(out: str | Path, results) -> Any:
-    """One row per run of ``results`` (a sweep's ``results.csv``) whose training saved logits at
-    chosen epochs: ``run``, ``loss_label``, ``gamma`` (the focal ``gamma``, 0 for other losses),
-    ``seed`` and ``logits_epochs`` (a tuple)."""
+    """One row per run of ``results`` (a sweep's ``results.csv``) of the training-length block
+    (a loss of :data:`focalcal.lab.sweep.LENGTH_LOSSES`, by its label) whose training saved logits
+    at chosen epochs: ``run``, ``loss_label``, ``gamma`` (the focal ``gamma``, 0 for other losses),
+    ``seed`` and ``logits_epochs`` (a tuple).
+
+    The label matters: other blocks of the same network save logits at chosen epochs too (Mukhoti
+    et al.'s runs, for their Fig. 1), under other labels and another schedule."""
     import pandas as pd
 
     from focalcal.lab.results import training_gamma
+    from focalcal.lab.sweep import LENGTH_LOSSES
 
+    labels = {lo.label for lo in LENGTH_LOSSES}
     rows = []
-    for _, r in results.drop_duplicates("run").iterrows():
+    for _, r in results[results["loss_label"].isin(labels)].drop_duplicates("run").iterrows():
         config = json.loads((Path(out) / "runs" / r["run"] / "config.json").read_text())["config"]
         if not config.get("logits_epochs"):
             continue
@@ -287,14 +294,6 @@ def fmt_epochs(epochs: Sequence[int]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def spread(values: Sequence[float] | np.ndarray) -> str:
-    """``"0.62 (seeds 0.58 to 0.66)"``: the mean and the range of values over seeds."""
-    v = np.asarray(values, dtype=float)
-    if len(v) == 1:
-        return f"{v[0]:.2f} (one seed)"
-    return f"{v.mean():.2f} (seeds {v.min():.2f} to {v.max():.2f})"
-
-
 def per_seed_mean(table, label: str, epochs: Sequence[int], column: str) -> np.ndarray:
     """Per seed, the mean of ``column`` over ``epochs`` for the loss ``label``."""
     t = table[(table["loss_label"] == label) & table["epoch"].isin(list(epochs))]
@@ -306,16 +305,15 @@ def regime_choice(table, epochs: Sequence[int], column: str = "test_ece") -> dic
 
     Per loss, the per-seed means over ``epochs`` (:func:`per_seed_mean`); ``best`` and
     ``runner_up`` by the mean over seeds; ``resolved``: the best is lower than the runner-up for
-    every seed (seeds paired by number; false with one seed). Returns those plus ``values``
-    (label -> per-seed array, in the table's loss order).
+    every seed (seeds paired by number, :func:`focalcal_book.verdicts.paired`; false with one
+    seed). Returns those plus ``values`` (label -> per-seed array, in the table's loss order).
     """
     labels = list(dict.fromkeys(table["loss_label"]))
     values = {lab: per_seed_mean(table, lab, epochs, column) for lab in labels}
     order = sorted(labels, key=lambda lab: float(values[lab].mean()))
     best = order[0]
     runner_up = order[1] if len(order) > 1 else None
-    resolved = (runner_up is not None and len(values[best]) > 1
-                and bool(np.all(values[best] < values[runner_up])))
+    resolved = runner_up is not None and paired(values[best] - values[runner_up]) == HOLDS
     return {"best": best, "runner_up": runner_up, "resolved": resolved, "values": values}
 
 

@@ -6,9 +6,10 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
 - :func:`select_runs` picks those runs of a sweep, :func:`per_seed` computes one
   :func:`focalcal.lab.results.released.zhou_row` per run (``T`` fitted on the validation logits,
   everything measured on the test logits), :func:`spread_table` shows mean and seed range;
-- :func:`competitive` and :func:`lower_than` decide the claims from the per-seed values,
-  :func:`combine` joins several verdicts into one, :func:`calibration_claim` and
-  :func:`aurc_claim` write them as Markdown lists;
+- :func:`competitive` and :func:`lower_than` decide the claims from the per-seed values (the
+  verdicts, the range rule and the rule that joins several verdicts,
+  :func:`focalcal_book.verdicts.combine`, are :mod:`focalcal_book.verdicts`'s);
+  :func:`calibration_claim` and :func:`aurc_claim` write them as Markdown lists;
 - :func:`target_context`, :func:`training_progress`, :func:`confidence_direction` and
   :func:`near_uniform_share`: how well the selective-risk networks learned, and which way each
   loss is miscalibrated (:func:`fig3_agreement`: against Zhou et al.'s reading of their Fig. 3);
@@ -29,16 +30,14 @@ import numpy as np
 import pandas as pd
 
 from focalcal.lab import sweep
+from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, spread_text
 
-__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
+__all__ = ["ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
            "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
-           "spread_text", "spread_table", "competitive", "lower_than", "combine", "confidence_direction",
+           "spread_table", "competitive", "lower_than", "confidence_direction",
            "training_progress", "target_context", "FIG3_READING", "fig3_agreement", "calibration_claim", "aurc_claim", "aurc_ece_plot",
            "reliability_figures"]
 
-HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
-#: the verdict of a claim whose runs this build lacks
-NOT_RUN = "not run in this build"
 
 # Zhou et al.'s Table 1 columns: XE, FL-53, Inv. FL, Dual, KDE-XE, AURC, AU_{P_X_tau}; the sweep
 # defines each loss once (with its label and parameters), so the page reads the same runs as the
@@ -149,30 +148,11 @@ def near_uniform_share(logits: Any, factor: float = 2.0) -> float:
     return float((conf < factor / z.shape[1]).double().mean())
 
 
-def spread_text(values: Sequence[float] | np.ndarray, *, scale: float = 100.0, digits: int = 2) -> str:
-    """``"1.23 (0.98–1.50)"``: the mean and, in brackets, the range over seeds, times ``scale``
-    (``"1.23 (one seed)"`` for a single value).
-
-    Raises
-    ------
-    ValueError
-        ``values`` is empty.
-    """
-    v = scale * np.asarray(values, dtype=float)
-    if v.size == 0:
-        raise ValueError("values must hold at least one value")
-    def fmt(x: float) -> str:  # a true minus sign, so that "−0.10–0.20" reads as a range
-        return f"{x:.{digits}f}".replace("-", "−")
-
-    if v.size == 1:
-        return f"{fmt(v.mean())} (one seed)"
-    return f"{fmt(v.mean())} ({fmt(v.min())}–{fmt(v.max())})"
-
-
 def spread_table(table: pd.DataFrame, columns: Mapping[str, str], *, scale: Mapping[str, float] | None = None,
                  digits: Mapping[str, int] | None = None) -> pd.DataFrame:
     """One row per loss of ``table`` (:func:`per_seed`): ``training loss``, ``seeds`` and, per
-    column of ``columns`` (field -> header), :func:`spread_text` of its per-seed values.
+    column of ``columns`` (field -> header), :func:`focalcal_book.verdicts.spread_text` of its
+    per-seed values.
 
     ``scale`` (default 100: percentages) and ``digits`` (default 2) per field.
     """
@@ -237,10 +217,8 @@ def lower_than(table: pd.DataFrame, column: str, *, target: str = TARGET,
                baseline: str = BASELINE) -> dict[str, Any]:
     """Whether ``target``'s ``column`` is lower than ``baseline``'s (e.g. a lower AURC), from the seed ranges.
 
-    **Holds** when every seed of ``target`` is below every seed of ``baseline``; **does not hold**
-    when every seed of ``target`` is at or above every seed of ``baseline``; **not resolved** when
-    the ranges overlap otherwise or either side has fewer than two seeds; :data:`NOT_RUN` without
-    the runs of either loss.
+    The verdict is :func:`focalcal_book.verdicts.compare_ranges`' (``target`` below ``baseline``);
+    :data:`NOT_RUN` without the runs of either loss.
 
     Returns
     -------
@@ -257,33 +235,8 @@ def lower_than(table: pd.DataFrame, column: str, *, target: str = TARGET,
         return out
     paired = table.pivot_table(index="seed", columns="loss_label", values=column)[[target, baseline]].dropna()
     out.update(lower_paired=int((paired[target] < paired[baseline]).sum()), n_paired=len(paired))
-    if min(t.size, b.size) < 2:
-        out["verdict"] = NOT_RESOLVED
-    elif t.max() < b.min():
-        out["verdict"] = HOLDS
-    elif t.min() >= b.max():
-        out["verdict"] = DOES_NOT_HOLD
-    else:
-        out["verdict"] = NOT_RESOLVED
+    out["verdict"] = compare_ranges(t, b)
     return out
-
-
-def combine(verdicts: Sequence[str]) -> str:
-    """One verdict from several (one per quantity or score): :data:`NOT_RUN` if any is, else
-    :data:`DOES_NOT_HOLD` if any is, :data:`HOLDS` if all are, else :data:`NOT_RESOLVED`.
-
-    Raises
-    ------
-    ValueError
-        ``verdicts`` is empty or holds an unknown verdict.
-    """
-    known = {HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, NOT_RUN}
-    if not verdicts or set(verdicts) - known:
-        raise ValueError(f"verdicts must be a non-empty sequence of {sorted(known)}; got {list(verdicts)}")
-    for v in (NOT_RUN, DOES_NOT_HOLD):
-        if v in verdicts:
-            return v
-    return HOLDS if all(v == HOLDS for v in verdicts) else NOT_RESOLVED
 
 
 def confidence_direction(table: pd.DataFrame) -> dict[str, list[str]]:
@@ -379,7 +332,7 @@ def target_context(out: str | Path, table: pd.DataFrame, *, n_classes: int, targ
     acc = table.loc[mine, "accuracy"].to_numpy(dtype=float)
     others = table.loc[~mine].groupby("loss_label", sort=False)["accuracy"].mean()
     far_below = acc.max() < others.min() - 0.05
-    text = (f"The {target} networks reach a test accuracy of {spread_text(acc)} %, against "
+    text = (f"The {target} networks reach a test accuracy of {spread_text(acc, scale=100)} %, against "
             f"{100 * others.min():.2f} % to {100 * others.max():.2f} % for the other losses (means over seeds)"
             + (": far below the others, so its calibration and its AURC describe a network that has not learned "
                "the task as well, and the verdicts should be read with that in mind." if far_below else "."))
@@ -402,7 +355,7 @@ def target_context(out: str | Path, table: pd.DataFrame, *, n_classes: int, targ
 
 
 def _range(values: np.ndarray) -> str:
-    return f"{spread_text(values)} %"
+    return f"{spread_text(values, scale=100)} %"
 
 
 def _missing(table: pd.DataFrame, labels: Sequence[str]) -> str:
@@ -415,8 +368,8 @@ def calibration_claim(table: pd.DataFrame, quantities: Mapping[str, str], *,
     """Claim 1, "the selective-risk loss is competitive in calibration", from :func:`per_seed`'s rows.
 
     One :func:`competitive` verdict per field of ``quantities`` (field -> name, e.g.
-    ``{"ece_raw": "ECE"}``), joined by :func:`combine`. Returns the verdict and a Markdown bulleted
-    list with one item per quantity: the values (mean and seed range, %), the best other loss, the
+    ``{"ece_raw": "ECE"}``), joined by :func:`focalcal_book.verdicts.combine`. Returns the verdict
+    and a Markdown bulleted list with one item per quantity: the values (mean and seed range, %), the best other loss, the
     verdict in bold, and on how many seeds ``target`` is below cross-entropy.
     """
     if not quantities:
@@ -442,7 +395,7 @@ def aurc_claim(table: pd.DataFrame, scores: Mapping[str, str], *, prefix: str = 
     """Claim 2, "the selective-risk loss has a lower AURC than cross-entropy", per confidence score.
 
     One :func:`lower_than` verdict on the column ``f"{prefix}_{s}"`` per score ``s`` of ``scores``
-    (score -> name), joined by :func:`combine`. Returns the verdict and a Markdown bulleted list:
+    (score -> name), joined by :func:`focalcal_book.verdicts.combine`. Returns the verdict and a Markdown bulleted list:
     per score the two losses' values (mean and seed range, %), the verdict in bold and the number
     of seeds on which ``target`` is lower.
     """
