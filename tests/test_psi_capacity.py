@@ -11,32 +11,16 @@ from focalcal.lab import results
 from focalcal.metrics import ece
 from focalcal.posthoc import PsiCorrection, TemperatureScaling
 from focalcal_book import psi_capacity as pc
+from focalcal_book import verdicts as vd
 
-NR, H, DNH = pc.NOT_RESOLVED, pc.HOLDS, pc.DOES_NOT_HOLD
-
-
-def test_compare_ranges():
-    assert pc.compare_ranges([0, 0.5], [1, 2]) == H
-    assert pc.compare_ranges([1, 2], [0, 1]) == DNH          # at most: coinciding at 1 counts
-    assert pc.compare_ranges([0, 0], [0, 0]) == DNH          # equal everywhere: no growth
-    assert pc.compare_ranges([0, 1], [0.5, 2]) == NR         # overlap
-    assert pc.compare_ranges([0], [3]) == NR                 # one seed: no spread to judge
-    with pytest.raises(ValueError, match="lower and higher"):
-        pc.compare_ranges([], [1])
+NR, H, DNH = vd.NOT_RESOLVED, vd.HOLDS, vd.DOES_NOT_HOLD
 
 
-def test_paired_sign_share_verdict_overall():
-    assert pc.paired_sign([-1, -0.1]) == H and pc.paired_sign([1, 2]) == DNH
-    assert pc.paired_sign([-1, 1]) == NR and pc.paired_sign([-1]) == NR
-    with pytest.raises(ValueError, match="differences"):
-        pc.paired_sign([])
+def test_share_verdict():
     assert pc.share_verdict(3, 3) == H and pc.share_verdict(2, 3) == NR
     assert pc.share_verdict(1, 2) == DNH and pc.share_verdict(1, 1) == NR
     with pytest.raises(ValueError, match="hits"):
         pc.share_verdict(4, 3)
-    assert pc.overall([H, H, "not run in this build"]) == H
-    assert pc.overall([DNH, NR]) == DNH and pc.overall([H, DNH]) == DNH and pc.overall([H, NR]) == NR
-    assert pc.overall(["not run in this build"]) == "not run in this build"
 
 
 def test_confidence_classes():
@@ -50,7 +34,7 @@ def test_confidence_classes():
     assert pc.confidence_classes([-0.015], [0.01], [0.01], [0])["under"] == 0
     # one seed: no spread, nothing resolved; no network of a kind: not run
     one = pc.confidence_classes([-0.1, -0.2], [0.01, 0.01], [-0.01, -0.02], [0, 0])
-    assert one["under_verdict"] == NR and one["rest_verdict"] == pc.NOT_RUN and one["verdict"] == NR
+    assert one["under_verdict"] == NR and one["rest_verdict"] == vd.NOT_RUN and one["verdict"] == NR
     with pytest.raises(ValueError, match="same length"):
         pc.confidence_classes([0.1], [0.1, 0.1], [0.1], [0])
     with pytest.raises(ValueError, match="z must be"):

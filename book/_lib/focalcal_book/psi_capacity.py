@@ -11,8 +11,9 @@ temperature that minimises the focal loss with the training ``gamma`` on the val
   curvature chapter's MLPs carry the same loss labels and are left out);
 - :func:`psi_table`: one row per run with the raw, Psi, TS_FL and TS_FL + Psi test ECE and the
   network's confidence gap;
-- :func:`best_gammas`, :func:`compare_ranges`, :func:`confidence_classes` and the ``*_claim``
-  functions: what the verdicts decide;
+- :func:`best_gammas`, :func:`share_verdict`, :func:`confidence_classes` and the ``*_claim``
+  functions: what the verdicts decide (the verdicts and the seed rules are
+  :mod:`focalcal_book.verdicts`'s);
 - :func:`plot_ece_vs_gamma`, :func:`plot_psi_effect`: the figures.
 
 ECE throughout: 15 equal-width bins (the ``ece_width`` column of the results; the paper uses 10),
@@ -34,19 +35,16 @@ from focalcal.lab.results import apply_calibration, confidence_row, load_run, tr
 from focalcal.lab.results.protocol import fit_on_grid
 from focalcal.metrics import ece
 from focalcal.posthoc import TemperatureScaling
+from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, paired,
+                                    spread_text)
 
-__all__ = ["LOSSES", "HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_RUN", "psi_runs", "setting_name",
-           "profile_plan", "psi_table",
-           "settings", "roles", "best_gammas", "compare_ranges", "share_verdict", "confidence_classes",
-           "paired_sign",
-           "best_gamma_claim", "psi_gain", "less_effective_claim", "tsfl_claim", "overall",
+__all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table",
+           "settings", "roles", "best_gammas", "share_verdict", "confidence_classes",
+           "best_gamma_claim", "psi_gain", "less_effective_claim", "tsfl_claim",
            "plot_ece_vs_gamma", "plot_psi_effect"]
 
 #: the training losses of the chapter (``config["loss"]``)
 LOSSES: tuple[str, ...] = ("focal", "label_smoothing")
-HOLDS, DOES_NOT_HOLD, NOT_RESOLVED = "holds", "does not hold", "not resolved at this scale"
-#: the verdict of a comparison whose runs (or networks of the kind it needs) are not in the build
-NOT_RUN = "not run in this build"
 
 
 def _is_curvature_run(run_dir: Path) -> bool:
@@ -224,52 +222,6 @@ def best_gammas(table, setting: str, column: str = "ece_raw") -> dict[int, float
     return out
 
 
-def compare_ranges(lower: Sequence[float], higher: Sequence[float]) -> str:
-    """Whether the values ``higher`` exceed the values ``lower``, decided from the seeds' ranges.
-
-    :data:`HOLDS` when every value of ``higher`` is above every value of ``lower``;
-    :data:`DOES_NOT_HOLD` when every value of ``higher`` is at most every value of ``lower``
-    (the ranges separate the other way or coincide at one value); :data:`NOT_RESOLVED` when the
-    ranges overlap otherwise, or when either side has fewer than two seeds (no spread to judge).
-
-    Raises
-    ------
-    ValueError
-        ``lower`` or ``higher`` is empty.
-    """
-    a, b = np.asarray(lower, dtype=float), np.asarray(higher, dtype=float)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("lower and higher must hold at least one value each")
-    if min(a.size, b.size) < 2:
-        return NOT_RESOLVED
-    if b.min() > a.max():
-        return HOLDS
-    if b.max() <= a.min():
-        return DOES_NOT_HOLD
-    return NOT_RESOLVED
-
-
-def paired_sign(differences: Sequence[float]) -> str:
-    """:data:`HOLDS` when every paired difference is negative, :data:`DOES_NOT_HOLD` when every
-    one is positive, :data:`NOT_RESOLVED` otherwise or with fewer than two.
-
-    Raises
-    ------
-    ValueError
-        ``differences`` is empty.
-    """
-    d = np.asarray(differences, dtype=float)
-    if d.size == 0:
-        raise ValueError("differences must hold at least one value")
-    if d.size < 2:
-        return NOT_RESOLVED
-    if np.all(d < 0):
-        return HOLDS
-    if np.all(d > 0):
-        return DOES_NOT_HOLD
-    return NOT_RESOLVED
-
-
 def share_verdict(hits: int, n: int) -> str:
     """:data:`HOLDS` when all of ``n >= 2`` cases agree (``hits == n``), :data:`DOES_NOT_HOLD`
     when at most half do, :data:`NOT_RESOLVED` otherwise or with fewer than two cases.
@@ -307,7 +259,8 @@ def confidence_classes(gap: Sequence[float], gap_se: Sequence[float], change: Se
         ``under`` (number of under-confident networks), ``under_helped`` (of them, Psi lowered
         the ECE), ``rest`` (calibrated or over-confident), ``rest_hurt`` (of them, Psi raised the
         ECE), their verdicts ``under_verdict`` and ``rest_verdict`` (:func:`share_verdict`;
-        :data:`NOT_RUN` where there is no such network) and ``verdict`` (:func:`overall` of the two).
+        :data:`NOT_RUN` where there is no such network) and ``verdict``
+        (:func:`focalcal_book.verdicts.combine` of the two).
 
     Raises
     ------
@@ -330,7 +283,7 @@ def confidence_classes(gap: Sequence[float], gap_se: Sequence[float], change: Se
 
     out["under_verdict"] = verdict(out["under_helped"], out["under"])
     out["rest_verdict"] = verdict(out["rest_hurt"], out["rest"])
-    out["verdict"] = overall([out["under_verdict"], out["rest_verdict"]])
+    out["verdict"] = combine([out["under_verdict"], out["rest_verdict"]])
     return out
 
 
@@ -442,9 +395,9 @@ def best_gamma_claim(table, lower: str | None, higher: str | None, column: str =
     """The paper's "the best ``gamma`` increases" from setting ``lower`` to setting ``higher``.
 
     The best ``gamma`` of each seed (:func:`best_gammas`) in both settings, decided by
-    :func:`compare_ranges`. Returns ``verdict`` and ``text`` (Markdown: the per-seed best
-    ``gamma`` of both settings and the verdict); with a setting missing (``None``, or no focal runs)
-    the verdict is :data:`NOT_RUN`.
+    :func:`focalcal_book.verdicts.compare_ranges`. Returns ``verdict`` and ``text`` (Markdown: the
+    per-seed best ``gamma`` of both settings and the verdict); with a setting missing (``None``, or
+    no focal runs) the verdict is :data:`NOT_RUN`.
     """
     if lower is None or higher is None:
         return {"verdict": NOT_RUN,
@@ -473,8 +426,8 @@ def psi_gain(table, setting: str) -> dict[int, float]:
 def less_effective_claim(table, more: str | None, less: str | None) -> dict[str, Any]:
     """"Psi becomes less effective" from setting ``more`` to setting ``less``: Psi's gain
     (:func:`psi_gain`) of every seed in ``less`` below every seed's in ``more``
-    (:func:`compare_ranges`). Returns ``verdict`` and ``text`` (Markdown, gains in percentage
-    points)."""
+    (:func:`focalcal_book.verdicts.compare_ranges`). Returns ``verdict`` and ``text`` (Markdown,
+    gains in percentage points)."""
     if more is None or less is None:
         return {"verdict": NOT_RUN,
                 "text": "The two settings this comparison needs were not both run in this build."}
@@ -493,8 +446,9 @@ def less_effective_claim(table, more: str | None, less: str | None) -> dict[str,
 def tsfl_claim(table, setting: str) -> dict[str, Any]:
     """Their Fig. 6 in one ``setting``: under TS_FL a larger ``gamma`` worsens the raw ECE
     (``worsens``: the largest ``gamma``'s ECE of every seed above ``gamma = 0``'s of every seed,
-    :func:`compare_ranges`), and Psi mitigates it (``mitigates``: TS_FL + Psi below TS_FL for
-    every focal run with ``gamma > 0``, :func:`paired_sign`). Returns both verdicts and ``text``."""
+    :func:`focalcal_book.verdicts.compare_ranges`), and Psi mitigates it (``mitigates``: TS_FL + Psi
+    below TS_FL for every focal run with ``gamma > 0``, :func:`focalcal_book.verdicts.paired`).
+    Returns both verdicts and ``text``."""
     t = table[(table["setting"] == setting) & (table["loss"] == "focal")]
     gammas = sorted(t["gamma"].unique())
     if len(gammas) < 2 or gammas[0] != 0.0:
@@ -504,8 +458,11 @@ def tsfl_claim(table, setting: str) -> dict[str, Any]:
     gmax = t.loc[t["gamma"] == gammas[-1], "ece_tsfl"].to_numpy()
     pos = t[t["gamma"] > 0]
     diff = (pos["ece_tsfl_psi"] - pos["ece_tsfl"]).to_numpy()
-    worsens, mitigates = compare_ranges(g0, gmax), paired_sign(diff)
-    rng = (lambda v: f"{100 * v.min():.2f} to {100 * v.max():.2f} %" if v.size > 1 else f"{100 * v[0]:.2f} %")
+    worsens, mitigates = compare_ranges(g0, gmax), paired(diff)
+
+    def rng(v: np.ndarray) -> str:
+        return f"{spread_text(v, scale=100, mean=False)} %"
+
     change = (f"{100 * diff[0]:+.2f} pp" if diff.size == 1 else
               f"{100 * diff.min():+.2f} to {100 * diff.max():+.2f} pp")
     text = (f"{setting}: TS$_{{FL}}$'s ECE at $\\gamma = 0$ {rng(g0)}, at $\\gamma = {gammas[-1]:g}$ "
@@ -513,17 +470,3 @@ def tsfl_claim(table, setting: str) -> dict[str, Any]:
             f"{int(np.sum(diff < 0))} of {diff.size} runs with $\\gamma > 0$ (change {change}; "
             f"$\\Psi$ mitigates: **{mitigates}**).")
     return {"worsens": worsens, "mitigates": mitigates, "text": text}
-
-
-def overall(verdicts: Sequence[str]) -> str:
-    """One verdict for a claim made of parts (several settings, or two halves), all of which
-    must hold: :data:`NOT_RUN` if no part was run; else :data:`DOES_NOT_HOLD` if any part
-    does not hold, :data:`HOLDS` if every part that was run holds, :data:`NOT_RESOLVED` otherwise."""
-    run = [v for v in verdicts if v != NOT_RUN]
-    if not run:
-        return NOT_RUN
-    if DOES_NOT_HOLD in run:
-        return DOES_NOT_HOLD
-    if all(v == HOLDS for v in run):
-        return HOLDS
-    return NOT_RESOLVED
