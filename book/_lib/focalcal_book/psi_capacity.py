@@ -408,7 +408,8 @@ def best_gamma_claim(table, lower: str | None, higher: str | None, column: str =
                 "text": "The focal-loss runs this comparison needs were not run in this build."}
     verdict = compare_ranges(list(a.values()), list(b.values()))
     why = {HOLDS: "every seed's best $\\gamma$ there is above every seed's best $\\gamma$ in the first",
-           DOES_NOT_HOLD: "no seed's best $\\gamma$ there is above any seed's best $\\gamma$ in the first",
+           DOES_NOT_HOLD: ("every seed's best $\\gamma$ there is at most every seed's best $\\gamma$ in "
+                           "the first"),
            NOT_RESOLVED: ("one seed cannot show a spread" if min(len(a), len(b)) < 2 else
                           "the seeds' best $\\gamma$ overlap")}[verdict]
     text = (f"Best $\\gamma$ (least test ECE) in {lower}: {_seed_list(a)}; in {higher}: {_seed_list(b)}. "
