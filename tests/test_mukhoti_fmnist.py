@@ -71,7 +71,9 @@ def test_compare_seeds():
 
 
 def test_temperature_verdict():
-    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5]) == vd.HOLDS
+    assert mf.temperature_verdict([0.9, 1.1], [2.3, 1.5]) == vd.HOLDS
+    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5]) == vd.NOT_RESOLVED  # 1.2 is outside the band
+    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5], near=0.2) == vd.HOLDS
     assert mf.temperature_verdict([0.5, 0.6], [2.3, 2.5]) == vd.DOES_NOT_HOLD
     assert mf.temperature_verdict([1.0, 1.1], [1.2, 1.3]) == vd.DOES_NOT_HOLD
     assert mf.temperature_verdict([1.0, 0.5], [2.0, 2.0]) == vd.NOT_RESOLVED

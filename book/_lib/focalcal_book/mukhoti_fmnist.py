@@ -60,8 +60,9 @@ TABLE1_COLUMNS: tuple[str, ...] = (CE, _find("brier"), _find("mmce"), _find("lab
 LOSSES: tuple[str, ...] = (TABLE1_COLUMNS[:4] + FIG3[1:]
                            + (_find("focal", 5.0), _find("flsc531"), FLSD53, _find("flsd532"), _find("dual_focal")))
 
-#: a temperature is "near 1" when |T - 1| <= NEAR_ONE (two steps of Mukhoti's 0.1 grid)
-NEAR_ONE = 0.2
+#: a temperature is "near 1" when |T - 1| <= NEAR_ONE: Mukhoti et al.'s own band for FLSD-53 ("mostly
+#: lying between 0.9 and 1.1", one step of their 0.1 grid either side)
+NEAR_ONE = 0.1
 #: a temperature is "well above 1" from WELL_ABOVE on (the network is softened by half or more)
 WELL_ABOVE = 1.5
 #: confidence bins of Mukhoti et al.'s Fig. 1 (training-set reliability diagrams)
