@@ -414,7 +414,7 @@ def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
 
 
 def select_runs(profile: str, only: str | None = None, *, shrunk: bool = False) -> list[RunSpec]:
-    """The runs of ``profile`` (its :func:`shrink` version with ``shrunk``), or those whose run id
+    """The runs of ``profile`` (its :func:`~focalcal.lab.profiles.shrink` version with ``shrunk``), or those whose run id
     matches the ``fnmatch`` pattern ``only``."""
     import fnmatch
 
@@ -435,7 +435,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     """Execute every pending run of ``profile`` and return the collected results table.
 
     ``out`` defaults to ``runs/<profile>`` under the working directory (``runs/<profile>-shrunk``
-    with ``shrunk``: the profile's :func:`shrink` version, e.g. the gpu profile's runs on a CPU in
+    with ``shrunk``: the profile's :func:`~focalcal.lab.profiles.shrink` version, e.g. the gpu profile's runs on a CPU in
     minutes); ``only`` (an ``fnmatch`` pattern on the run id) restricts the sweep to the runs it
     matches.
     ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
@@ -478,7 +478,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
 
 
 def default_out(profile: str, shrunk: bool = False) -> Path:
-    """``runs/<profile>``, or ``runs/<profile>-shrunk`` for the :func:`shrink` version."""
+    """``runs/<profile>``, or ``runs/<profile>-shrunk`` for the :func:`~focalcal.lab.profiles.shrink` version."""
     return Path("runs", f"{profile}-shrunk" if shrunk else profile)
 
 
