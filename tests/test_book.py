@@ -156,11 +156,17 @@ def test_page_executed_without_error(built_book, page):
 UNPARSED_MATH = re.compile(r"\$\\[A-Za-z]|\$[A-Za-z]\w*\$|\$")
 
 
+def _prose(built_book: Path, page: str, drop: str):
+    """The page's ``<main>`` without the elements that ``drop`` (a CSS selector) matches."""
+    main = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser").select_one("main")
+    for el in main.select(drop):
+        el.decompose()
+    return main
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_has_no_unparsed_math(built_book, page):
-    main = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser").select_one("main")
-    for el in main.select("script, style, pre, code, .cell_input, .math"):
-        el.decompose()
+    main = _prose(built_book, page, "script, style, pre, code, .cell_input, .math")
     hit = UNPARSED_MATH.search(main.get_text(" "))
     assert hit is None, f"{page}: unparsed TeX near {main.get_text(' ')[max(0, hit.start() - 60):hit.end() + 40]!r}"
 
@@ -173,9 +179,7 @@ UNPARSED_LIST = re.compile(r"(?:^|\n)\s*[-*] \S")
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_has_no_unparsed_lists(built_book, page):
-    main = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser").select_one("main")
-    for el in main.select("script, style, pre, code, .cell_input, .cell_output, .math"):
-        el.decompose()
+    main = _prose(built_book, page, "script, style, pre, code, .cell_input, .cell_output, .math")
     bad = [p.get_text()[:120] for p in main.find_all("p") if UNPARSED_LIST.search(p.get_text())]
     assert not bad, f"{page}: list items rendered as a paragraph: {bad}"
 
