@@ -30,6 +30,25 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
+
+
+#: the name of the reference every ratio divides by
+REFERENCE = "F.cross_entropy (reference)"
+#: the parameters a loss is timed at (the others: the library's defaults)
+TIMED_PARAMS = {"focal": {"gamma": 3.0}}
+
+
+def timed_losses(names: Sequence[str]) -> dict[str, Callable]:
+    """:data:`REFERENCE` (``F.cross_entropy``) and the ``focalcal.losses.make_loss`` losses
+    ``names`` at :data:`TIMED_PARAMS`, by name: the candidates of this and ``bench_train_step``."""
+    # imported here: main() sets the allocator up before torch allocates anything
+    import torch.nn.functional as F
+
+    from focalcal import losses as L
+
+    return {REFERENCE: lambda z, y: F.cross_entropy(z, y),
+            **{name: L.make_loss(name, **TIMED_PARAMS.get(name, {})) for name in names}}
 
 
 def _keep_malloc() -> bool:
@@ -87,24 +106,11 @@ def main(argv: list[str] | None = None) -> int:
           f"device={dev}, malloc={'kept (mallopt)' if kept else 'default'}, {rounds} round-robin rounds, medians\n")
 
     goal = {"focal", "flsd53", "flsd532", "dual_focal", "dual_focal_released", "adafocal"}
-    cands = {
-        "F.cross_entropy (reference)": lambda a, b: F.cross_entropy(a, b),
-        "ce": L.make_loss("ce"),
-        "focal": L.make_loss("focal", gamma=3.0),
-        "flsd53": L.make_loss("flsd53"),
-        "flsd532": L.make_loss("flsd532"),
-        "flsc531": L.make_loss("flsc531"),
-        "inverse_focal": L.make_loss("inverse_focal"),
-        "dual_focal": L.make_loss("dual_focal"),
-        "dual_focal_released": L.make_loss("dual_focal_released"),
-        "adafocal": L.make_loss("adafocal"),
-        "brier": L.make_loss("brier"),
-        "label_smoothing": L.make_loss("label_smoothing"),
-        "aurc": L.make_loss("aurc"),
-        "selective_risk": L.make_loss("selective_risk"),
-    }
+    cands = timed_losses(("ce", "focal", "flsd53", "flsd532", "flsc531", "inverse_focal", "dual_focal",
+                          "dual_focal_released", "adafocal", "brier", "label_smoothing", "aurc",
+                          "selective_risk"))
     both = round_robin({name: timer(fn, x, t) for name, fn in cands.items()}, rounds, stat="both")
-    ref, ref_min = both["F.cross_entropy (reference)"]
+    ref, ref_min = both[REFERENCE]
     print(f"## Table 1: forward+backward on {n} x {k} float32 logits, relative to F.cross_entropy\n")
     print("| loss | median (ms) | ratio (medians) | ratio (minima) | goal <= 1.2x (medians) |")
     print("|---|---:|---:|---:|---|")
@@ -114,13 +120,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # the O(N^2) batch penalties are far slower at N = 4096; time them on fewer rounds
     slow = {
-        "F.cross_entropy (reference)": lambda a, b: F.cross_entropy(a, b),
+        **timed_losses(()),
         "mmce (weighted)": L.make_loss("mmce"),
         "kde_xe (bandwidth=0.01)": L.make_loss("kde_xe", bandwidth=0.01),
         "kde_xe (bandwidth='auto', LOO over 20 h)": L.make_loss("kde_xe"),
     }
     med2 = round_robin({name: timer(fn, x, t) for name, fn in slow.items()}, 2 if args.quick else 3)
-    ref2 = med2["F.cross_entropy (reference)"]
+    ref2 = med2[REFERENCE]
     print(f"\n### O(N^2) penalties on the same {n} x {k} logits ({2 if args.quick else 3} rounds)\n")
     print("| loss | time (ms) | ratio to F.cross_entropy |")
     print("|---|---:|---:|")

@@ -32,18 +32,14 @@ from focalcal.lab.models import make_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import released_flsd  # noqa: E402
+from bench_losses import REFERENCE, timed_losses  # noqa: E402
 
 FOCAL_FAMILY = ("focal", "flsd53", "dual_focal", "adafocal")
 
 
 def loss_functions(k: int) -> dict:
     return {
-        "F.cross_entropy (reference)": lambda z, y: F.cross_entropy(z, y),
-        "ce": L.make_loss("ce"),
-        "focal": L.make_loss("focal", gamma=3.0),
-        "flsd53": L.make_loss("flsd53"),
-        "dual_focal": L.make_loss("dual_focal"),
-        "adafocal": L.make_loss("adafocal"),
+        **timed_losses(("ce",) + FOCAL_FAMILY),
         "torchvision sigmoid_focal_loss (one-hot, gamma 3)": lambda z, y: sigmoid_focal_loss(
             z, F.one_hot(y, k).to(z.dtype), alpha=-1, gamma=3.0, reduction="mean"),
         "released FLSD-53 (per-sample loop)": released_flsd.FocalLossAdaptive(gamma=3.0),
@@ -78,10 +74,10 @@ def step_times(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rounds:
         rng.shuffle(names)
         for name in names:
             times[name].append(step(fns[name]))
-    ref = times["F.cross_entropy (reference)"]
+    ref = times[REFERENCE]
     out = {name: (statistics.median(v), statistics.median(a / b for a, b in zip(v, ref)))
            for name, v in times.items()}
-    return {"F.cross_entropy (reference)": out.pop("F.cross_entropy (reference)"), **out}
+    return {REFERENCE: out.pop(REFERENCE), **out}
 
 
 def loss_only(n: int, k: int, rounds: int) -> dict[str, float]:
@@ -157,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     goals, extras, controls = [], [], []
     for label, rounds, t, lo in res["steps"]:
         controls.append(abs(t["F.cross_entropy (A/A control)"][1] - 1))
-        extras += [(lo[n] - lo["F.cross_entropy (reference)"]) / t["F.cross_entropy (reference)"][0]
+        extras += [(lo[n] - lo[REFERENCE]) / t[REFERENCE][0]
                    for n in FOCAL_FAMILY]
-        ref, lref = t["F.cross_entropy (reference)"][0], lo["F.cross_entropy (reference)"]
+        ref, lref = t[REFERENCE][0], lo[REFERENCE]
         for name, (v, ratio) in t.items():
             ok = ("met" if ratio <= 1.03 else "MISSED") if name in FOCAL_FAMILY else ""
             if name in FOCAL_FAMILY:
@@ -170,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| N x K | loss | median (ms) | ratio |")
     print("|---|---|---:|---:|")
     for n, k, t in res["loss_only"]:
-        ref = t["F.cross_entropy (reference)"]
+        ref = t[REFERENCE]
         for name, v in t.items():
             print(f"| {n} x {k} | {name} | {v * 1e3:.3f} | {v / ref:.2f} |")
     print("\n## Table 3: finite gradients at saturation (float32 logits with margins up to 2e4)\n")
