@@ -79,6 +79,29 @@ def test_shrink_from_the_command_line(capsys, tmp_path):
     assert sweep.default_out("gpu", shrunk=True) == Path("runs", "gpu-shrunk")
 
 
+def test_every_profile_has_a_block_for_every_page():
+    # the same book from any profile: each has runs of every role, each run one role, and a
+    # shrunk profile keeps them
+    for name in ("smoke", "cpu", "gpu", "paper"):
+        profile = sweep.PROFILES[name]
+        roles = profile.roles()
+        assert set(roles) == set(sweep.ROLES), name
+        assert sum(map(len, roles.values())) == len(profile.expand()), name
+        if name in ("gpu", "paper"):  # the profiles that shrink() is for
+            assert set(sweep.shrink(profile).roles()) == set(sweep.ROLES), name
+    # the page's main setting (runs_for's setting="first") is listed first: CIFAR-10 on ResNet-50
+    first = sweep.PROFILES["gpu"].runs_of("comparison")[0]
+    assert (first.dataset, first.model) == ("cifar10", "resnet50")
+    # a run is what it trains: the role is not part of its id
+    ce = [sweep.loss("ce")]
+    assert (sweep.Block(["cifar10"], ["resnet50"], ce, [0], role="length").expand()
+            == sweep.Block(["cifar10"], ["resnet50"], ce, [0]).expand())
+    with pytest.raises(ValueError, match="role must be one of comparison, synthetic"):
+        sweep.Block(["cifar10"], ["resnet50"], ce, [0], role="table1")
+    with pytest.raises(ValueError, match="role must be one of"):
+        sweep.PROFILES["cpu"].runs_of("table1")
+
+
 @pytest.mark.notebooks
 def test_shrunk_gpu_profile_runs_on_the_cpu_in_the_cpu_profiles_format(gpu_shrunk_runs, smoke_runs):
     gpu = pd.read_csv(gpu_shrunk_runs / "results.csv")

@@ -21,7 +21,7 @@ from focalcal.lab import results, sweep
 from focalcal.lab.data import DATASETS
 from focalcal.losses import LOSSES
 from focalcal.lab.models import MODELS
-from focalcal.lab.results.runs import describe_build
+from focalcal.lab.results.runs import describe_build, load_profile, runs_for
 from focalcal.lab.train import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,8 +140,36 @@ def test_describe_build_of_runs_no_profile_holds(tmp_path):
         rows += [{"run": run, "dataset": "gaussian_mixture", "model": "mlp", "seed": i, "epochs": 2 + i,
                   "method": m} for m in ("TS (NLL)", "Psi")]
     assert describe_build(tmp_path, pd.DataFrame(rows)) == (
-        "This page was built from 2 runs of a sweep folder (no single profile holds its runs): "
+        "This page was built from 2 runs of a sweep folder without a profile.json: "
         "`gaussian_mixture` (100 to 300 training samples), network `mlp`, 2 to 3 epochs, seeds 0 and 1.")
+
+
+def test_runs_for_selects_a_role_in_the_profiles_order(tmp_path):
+    assert sweep.write_profile(tmp_path, "gpu", shrunk=True) == tmp_path / "profile.json"
+    info = load_profile(tmp_path)
+    assert (info["profile"], info["shrunk"]) == ("gpu", True)
+    profile = sweep.get_profile("gpu", shrunk=True)
+    comparison, synthetic = profile.runs_of("comparison"), profile.runs_of("synthetic")
+    # a results table in another order, with another role's runs, two rows (methods) per run
+    table = pd.DataFrame([{"run": r.run_id, "dataset": r.dataset, "model": r.model, "method": m}
+                          for r in reversed(comparison + synthetic) for m in ("uncalibrated", "TS (NLL)")])
+    got = runs_for(tmp_path, "comparison", table)
+    assert list(got["run"].drop_duplicates()) == [r.run_id for r in comparison] and len(got) == 2 * len(comparison)
+    first = runs_for(tmp_path, "comparison", table, setting="first")
+    assert set(zip(first["dataset"], first["model"])) == {("cifar10", "resnet50")}
+    wrn = runs_for(tmp_path, "comparison", table, setting=("cifar100", "wide_resnet26_10"))
+    assert set(wrn["run"]) == {r.run_id for r in comparison if (r.dataset, r.model) == ("cifar100", "wide_resnet26_10")}
+    assert set(runs_for(tmp_path, "synthetic", table)["dataset"]) == {"gaussian_mixture", "charoenphakdee_1d"}
+    with pytest.raises(ValueError, match="role must be one of comparison"):
+        runs_for(tmp_path, "table1", table)
+    with pytest.raises(ValueError, match="setting must be 'all', 'first' or a"):
+        runs_for(tmp_path, "comparison", table, setting="best")
+    with pytest.raises(ValueError, match=r"setting \('svhn', 'cnn'\) has no finished run of role 'comparison'"):
+        runs_for(tmp_path, "comparison", table, setting=("svhn", "cnn"))
+    with pytest.raises(ValueError, match="no finished run of role 'length'"):
+        runs_for(tmp_path, "length", table)
+    with pytest.raises(FileNotFoundError, match="profile.json does not exist"):
+        runs_for(tmp_path / "older", "comparison", table)
 
 
 def test_missing_template_is_reported_once_before_any_run(tmp_path, monkeypatch, capsys):

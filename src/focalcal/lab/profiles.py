@@ -34,9 +34,9 @@ __all__ = [
     "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LENGTH_LOSSES", "Loss",
     "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
     "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LOSSES",
-    "PSI_SMALL_MLP", "Profile", "RunSpec", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
+    "PSI_SMALL_MLP", "PROFILE_FILE", "Profile", "ROLES", "RunSpec", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
     "SMOKE_CURVATURE_TRAIN", "SMOKE_LENGTH_LOSSES", "SMOKE_LENGTH_TRAIN", "SMOKE_PAIR",
-    "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "TABLE1_LOSSES", "ZHOU_LOSSES",
+    "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "SYNTHETIC_BLOCK", "TABLE1_LOSSES", "ZHOU_LOSSES",
     "curvature_losses", "get_profile", "loss", "page_losses", "psi_blocks", "shrink"]
 
 # --------------------------------------------------------------------------------------------
@@ -111,7 +111,13 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Block:
-    """A Cartesian product: every dataset x model x loss x seed, with shared settings."""
+    """A Cartesian product: every dataset x model x loss x seed, with shared settings.
+
+    ``role`` names the experiment the block's runs serve (one of :data:`ROLES`); the book's pages
+    select their runs by it (:func:`focalcal.lab.results.runs_for`), never by dataset or network,
+    so that one page reads any profile's results. The role is not part of a run's id: a run is
+    what it trains, whichever block asks for it.
+    """
 
     datasets: Sequence[str]
     models: Sequence[str]
@@ -120,6 +126,11 @@ class Block:
     train: dict[str, Any] = field(default_factory=dict)
     posthoc: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
+    role: str = "comparison"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {self.role!r}")
 
     def expand(self) -> list[RunSpec]:
         return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())),
@@ -138,6 +149,30 @@ class Profile:
         if len(set(ids)) != len(ids):
             raise ValueError("profile expands to duplicate runs")
         return runs
+
+    def runs_of(self, role: str) -> list[RunSpec]:
+        """The runs of the blocks with ``role`` (:data:`ROLES`), in block order (none if it has none)."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        return [r for b in self.blocks if b.role == role for r in b.expand()]
+
+    def roles(self) -> dict[str, list[str]]:
+        """The run ids of each role that the profile's blocks have, in block order."""
+        return {role: [r.run_id for r in self.runs_of(role)]
+                for role in dict.fromkeys(b.role for b in self.blocks)}
+
+
+#: the file of a sweep folder that names its profile and lists the run ids of each role
+PROFILE_FILE = "profile.json"
+
+#: what a block's runs are for, and the book page that reads them:
+ROLES: dict[str, str] = {
+    "comparison": "the papers' loss comparison on one network (mukhoti_fmnist, zhou_fmnist, fmnist_focal_ts)",
+    "synthetic": "tasks with a known posterior (synthetic_properness)",
+    "curvature": "focal loss and the Tr(H) penalty, with the Hessian measured (curvature_measured)",
+    "length": "logits saved after growing numbers of epochs (when_focal_helps)",
+    "psi": "focal loss and Psi across capacity and data size (psi_capacity)",
+}
 
 
 # The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
@@ -224,6 +259,9 @@ FMNIST_LOSSES = (TABLE1_LOSSES[:5] + (FIG3_LOSSES[2],) + MUKHOTI_BASELINES + ZHO
 # the synthetic tasks with one seed (a few minutes): the same losses where the posterior is known
 CPU_SYNTHETIC_TRAIN = {"epochs": 15, "train_subset": 0, "eval_subset": 0, "batch_size": 128,
                        "schedule": "cpu_adam", "optimizer": "adam", "lr": 1e-3, "device": "auto"}
+# every profile has it: a few CPU-minutes, and the only runs whose true posterior is known
+SYNTHETIC_BLOCK = Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABLE1_LOSSES, [0],
+                        train=CPU_SYNTHETIC_TRAIN, role="synthetic")
 
 # Kimura & Naganuma (2024), Figs. 2-4 at Fashion-MNIST scale (book/experiments/curvature_measured.md):
 # a 784-64-10 MLP trained with Adam on 4 000 images for 10 epochs with focal loss at the paper's
@@ -296,7 +334,7 @@ def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequenc
     (the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR)."""
     small = {**PSI_SMALL_MLP, "in_features": in_features}
     large = {**PSI_LARGE_MLP, "in_features": in_features}
-    return [Block([dataset], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp)
+    return [Block([dataset], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp, role="psi")
             for mlp, t in ((small, train), (large, train), (large, small_data))]
 
 
@@ -330,7 +368,8 @@ def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequenc
 #   training length  CIFAR-10 ResNet-50, 4 losses x 30 epochs x 10 s      ~  1 200 s  0.3 h
 #   curvature, Psi   MLPs on CIFAR-10 (33 + 36 runs of a few seconds an epoch; papermill's
 #                    start, about 15 s a run, dominates)                  ~  3 600 s  1.0 h
-#   in all (112 runs), with --jobs 1                                       ~ 32 400 s  9 h
+#   synthetic tasks  the cpu profile's 12 runs (CPU work)                 ~    300 s
+#   in all (124 runs), with --jobs 1                                       ~ 32 700 s  9 h
 # The MLP runs leave the GPU mostly idle: `--jobs 2` overlaps them with the networks' runs.
 GPU_TRAIN = {"epochs": 60, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd", "lr": 0.1,
              "device": "auto", "train_subset": 0, "eval_subset": 0}
@@ -369,7 +408,7 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
                 analysis_seeds: Sequence[int]) -> list[Block]:
     """The blocks shared by the gpu and paper profiles: the main comparison on CIFAR-10/100
     (``models``), the other losses on CIFAR-10 ResNet-50, and the training-length, curvature and
-    Psi analogues of the cpu profile's blocks."""
+    Psi analogues of the cpu profile's blocks, and its synthetic tasks (a few CPU-minutes)."""
     clipped_main = tuple(lo for lo in CLIPPED_LOSSES if lo.name == "dual_focal")
     clipped_other = tuple(lo for lo in CLIPPED_LOSSES if lo.name != "dual_focal")
     return [
@@ -378,11 +417,13 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
         Block(CIFAR, models, clipped_main, seeds, train=clipped),
         Block(["cifar10"], ["resnet50"], other_losses, seeds, train=train),
         Block(["cifar10"], ["resnet50"], clipped_other, seeds, train=clipped),
-        Block(["cifar10"], ["resnet50"], LENGTH_LOSSES, seeds, train=GPU_LENGTH_TRAIN, posthoc=SMOKE_POSTHOC),
+        SYNTHETIC_BLOCK,
+        Block(["cifar10"], ["resnet50"], LENGTH_LOSSES, seeds, train=GPU_LENGTH_TRAIN, posthoc=SMOKE_POSTHOC,
+              role="length"),
         Block(["cifar10"], ["mlp"], curvature_losses()[0], analysis_seeds, train=GPU_CURVATURE_TRAIN,
-              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP),
+              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP, role="curvature"),
         Block(["cifar10"], ["mlp"], curvature_losses()[1], analysis_seeds[:2], train=GPU_CURVATURE_TRAIN,
-              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP),
+              posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP, role="curvature"),
         *psi_blocks(GPU_PSI_TRAIN, GPU_PSI_SMALL_DATA_TRAIN, analysis_seeds[:2], dataset="cifar10",
                     in_features=CIFAR_INPUTS)]
 
@@ -397,7 +438,7 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
 # ~1 h a run, ResNet-110 ~2 h, WRN-26-10 ~1.5 h, DenseNet-121 ~2 h; 2 datasets x 18 losses x 5 seeds
 # x ~6.5 h over the four networks ~ 1 170 GPU-hours; Tiny-ImageNet (90 000 images of 64x64, about
 # 8x a CIFAR epoch, 100 epochs) 18 x 5 x ~2.2 h ~ 200 GPU-hours; the rest (training length,
-# MLPs) ~ 30 GPU-hours; in all about 1 400 GPU-hours (917 runs), about 3 days on 20 GPUs.
+# MLPs) ~ 30 GPU-hours; in all about 1 400 GPU-hours (929 runs: the synthetic tasks' 12 as well), about 3 days on 20 GPUs.
 PAPER_TRAIN = {**GPU_TRAIN, "epochs": 350}
 PAPER_FLSC531 = loss("flsc531", milestones=[100, 250], label="FLSc-531")
 PAPER_OTHER_LOSSES = tuple(PAPER_FLSC531 if lo.name == "flsc531" else lo for lo in GPU_OTHER_LOSSES)
@@ -432,14 +473,16 @@ PROFILES: dict[str, Profile] = {
         # Gaussian mixture
         [Block(["fashion_mnist"], ["cnn"], SMOKE_PAIR, [0], posthoc=SMOKE_POSTHOC,
                train={**SMOKE_TRAIN, "logits_epochs": [1], "train_logits": True, "record_subset": 128}),
-         Block(["charoenphakdee_1d"], ["mlp"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
+         Block(["charoenphakdee_1d"], ["mlp"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC,
+               role="synthetic"),
          Block(["gaussian_mixture"], ["mlp"],
                [lo for lo in ALL_LOSSES if lo.name not in {f.name for f in SMOKE_PAIR}], [0],
-               train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC),
+               train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC, role="synthetic"),
          Block(["fashion_mnist"], ["mlp"], SMOKE_CURVATURE_LOSSES, [0],
-               train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
+               train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP,
+               role="curvature"),
          Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
-               posthoc=SMOKE_POSTHOC),
+               posthoc=SMOKE_POSTHOC, role="length"),
          *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
                      (PSI_LOSSES[0], PSI_LOSSES[3]))]),
     "cpu": Profile(
@@ -449,14 +492,13 @@ PROFILES: dict[str, Profile] = {
                (TABLE1_LOSSES[3], TABLE1_LOSSES[4]) + MUKHOTI_BASELINES + ZHOU_LOSSES + KK_EXTRA_LOSSES,
                [0, 1, 2], train=CPU_FMNIST_TRAIN),
          Block(["fashion_mnist"], ["cnn"], CLIPPED_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
-         Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABLE1_LOSSES, [0],
-               train=CPU_SYNTHETIC_TRAIN),
+         SYNTHETIC_BLOCK,
          Block(["fashion_mnist"], ["mlp"], curvature_losses()[0], [0, 1, 2], train=CPU_CURVATURE_TRAIN,
-               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
+               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP, role="curvature"),
          Block(["fashion_mnist"], ["mlp"], curvature_losses()[1], [0, 1], train=CPU_CURVATURE_TRAIN,
-               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP),
+               posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP, role="curvature"),
          Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
-               posthoc=SMOKE_POSTHOC),
+               posthoc=SMOKE_POSTHOC, role="length"),
          *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
     "gpu": Profile(
         "CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, the papers' schedule compressed "
@@ -539,7 +581,7 @@ def shrink(profile: Profile, *, epochs: int = 1, train_subset: int = 32, eval_su
         for model in b.models:
             blocks.append(Block(b.datasets, [model], chosen, list(b.seeds)[:1], train=t,
                                 posthoc={**b.posthoc, **SMOKE_POSTHOC},
-                                model_params={**b.model_params, **shapes.get(model, {})}))
+                                model_params={**b.model_params, **shapes.get(model, {})}, role=b.role))
     small = Profile(f"{profile.description} -- shrunk: {epochs} epoch(s), {train_subset} training "
                     f"images, batches of {batch_size}", blocks)
     small.expand()  # raises on colliding runs

@@ -24,6 +24,8 @@ id matches an ``fnmatch`` pattern, ``--list`` shows each run and whether it is d
     DIR/runs/<run>/run.log                     the run's output, its cells' included (local executor)
     DIR/runs/<run>/result.json                 written last, atomically: the run is complete
     DIR/results.csv                            one row per run x calibration method
+    DIR/profile.json                           the profile's name, description and the run ids of
+                                               each role (what the book's pages select by)
 
 Resuming: a run whose ``result.json`` exists is skipped, so after a crash or SIGKILL the same
 command finishes the remaining runs without repeating a finished one; every file is written
@@ -46,7 +48,7 @@ from typing import Any
 from .io import atomic_write_json, atomic_write_text
 # the runs and profiles live in focalcal.lab.profiles; every name of it stays importable from here
 from .profiles import *  # noqa: F401,F403
-from .profiles import RunSpec, get_profile
+from .profiles import PROFILE_FILE, RunSpec, get_profile
 
 TEMPLATES = ("train_classifier", "posthoc_calibration")
 RESULT = "result.json"
@@ -459,6 +461,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     if todo:
         check_templates(todo)
     out.mkdir(parents=True, exist_ok=True)
+    write_profile(out, profile, shrunk=shrunk)
     if progress:
         subset = f" matching {only!r}" if only is not None else ""
         print(f"profile {profile!r}: {len(runs)} runs{subset}, {len(runs) - len(todo)} already done, "
@@ -475,6 +478,17 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
         raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: "
                            f"{out / 'runs'}/<run>/run.log):\n{msg}")
     return table
+
+
+def write_profile(out: str | os.PathLike, profile: str, *, shrunk: bool = False) -> Path:
+    """Write ``out/profile.json``: which profile the folder holds (``profile``, ``shrunk``), its
+    description, and the run ids of each of its roles (:meth:`~focalcal.lab.profiles.Profile.roles`),
+    which is how the book's pages find their runs (:func:`focalcal.lab.results.runs_for`)."""
+    p = get_profile(profile, shrunk=shrunk)
+    path = Path(out) / PROFILE_FILE
+    atomic_write_json(path, {"profile": profile, "shrunk": shrunk, "description": p.description,
+                             "roles": p.roles()})
+    return path
 
 
 def default_out(profile: str, shrunk: bool = False) -> Path:

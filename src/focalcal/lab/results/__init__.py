@@ -5,8 +5,9 @@ everything they and the book's chapters share, so that the notebooks stay thin. 
 is importable from here (``from focalcal.lab import results``); the modules, one job each:
 
 =============  =======================================================================================
-``runs``       reading run folders, ``results.csv`` and training histories; :func:`runs_dir`, the
-               sweep folder a page reads (``$FOCALCAL_RUNS``, else ``./runs/cpu``)
+``runs``       reading run folders, ``results.csv``, ``profile.json`` and training histories;
+               :func:`runs_dir`, the sweep folder a page reads (``$FOCALCAL_RUNS``, else
+               ``./runs/cpu``); :func:`runs_for`, the runs of one role (what a page selects)
 ``protocol``   the calibration protocol below: :func:`calibrate`, :func:`apply_calibration`,
                :func:`metric_row`, :func:`temperature_grid`, :func:`training_gamma`; and
                :func:`confidence_row`, a model's calibration before any calibrator
@@ -65,14 +66,14 @@ from . import bootstrap, released
 from .figures import plot_posterior_1d, plot_posterior_kl, plot_reliability_panel, plot_training_curves
 from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibration, calibrate,
                        confidence_row, metric_row, temperature_grid, training_gamma)
-from .runs import RUNS_ENV, Run, load_histories, load_results, load_run, runs_dir
+from .runs import RUNS_ENV, Run, load_histories, load_profile, load_results, load_run, runs_dir, runs_for
 from .synthetic import SyntheticTestSet, focal_loss_rows, kl_by_method, posterior_kl, synthetic_test_set
 from .tables import (RUN_COLUMNS, TABLE1_CALIBRATIONS, compare_calibrations, describe_runs, format_table1,
                      nll_overfitting, overfitting_by_loss, representative_runs, select_losses, styled, table1)
 
 __all__ = [
     # runs
-    "RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_histories",
+    "RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_profile", "runs_for", "load_histories",
     # protocol
     "METHODS", "FAMILIES", "METRICS", "Calibration", "training_gamma", "temperature_grid", "metric_row",
     "confidence_row", "calibrate", "apply_calibration",

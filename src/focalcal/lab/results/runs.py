@@ -16,8 +16,10 @@ from typing import Any
 import torch
 
 from ..io import torch_load
+from ..profiles import PROFILE_FILE, ROLES
 
-__all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_histories", "describe_build"]
+__all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_profile", "runs_for",
+           "load_histories", "describe_build"]
 
 #: the environment variable naming the sweep folder a page reads
 RUNS_ENV = "FOCALCAL_RUNS"
@@ -116,6 +118,65 @@ def load_results(out: str | os.PathLike):
 
 
 
+def load_profile(out: str | os.PathLike) -> dict[str, Any]:
+    """The sweep folder's ``profile.json`` (written by :func:`focalcal.lab.sweep.run_sweep`):
+    ``profile`` (its name), ``shrunk``, ``description`` and ``roles`` (role -> run ids).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out`` has no ``profile.json`` (a folder of an older sweep): running the sweep again
+        writes it and skips every finished run.
+    """
+    path = Path(out) / PROFILE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; run `python -m focalcal.lab.sweep --profile <name> "
+                                f"--out {out}` again: it writes profile.json and skips the finished runs")
+    return json.loads(path.read_text())
+
+
+def runs_for(out: str | os.PathLike, role: str, results=None, *, setting: str | tuple[str, str] = "all"):
+    """The rows of ``results`` (default: ``out``'s results table) of the runs that the folder's
+    profile ran for ``role`` (:data:`focalcal.lab.profiles.ROLES`), in the profile's order.
+
+    ``setting`` narrows them to one data set and network: ``"all"`` keeps every run, ``"first"``
+    those of the role's first finished run (the profiles list the main setting first, e.g.
+    CIFAR-10 on ResNet-50 before CIFAR-100 and Wide-ResNet), a ``(dataset, model)`` pair that one.
+    A page that shows one setting says which (``describe_build``).
+
+    Raises
+    ------
+    ValueError
+        ``role`` is not one of :data:`~focalcal.lab.profiles.ROLES`, ``setting`` is none of the
+        above, or no finished run has the role (or the setting); the message names what there is.
+    FileNotFoundError
+        ``out`` has no ``profile.json`` (:func:`load_profile`).
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+    if results is None:
+        results = load_results(out)
+    info = load_profile(out)
+    order = {run: i for i, run in enumerate(info["roles"].get(role, []))}
+    rows = results[results["run"].isin(order.keys())]
+    rows = rows.iloc[rows["run"].map(order).argsort(kind="stable")]
+    name = f"{info['profile']}{' (shrunk)' if info.get('shrunk') else ''}"
+    if rows.empty:
+        raise ValueError(f"no finished run of role {role!r} in {out} (profile {name!r} has "
+                         f"{len(order)} such runs; roles there: {', '.join(info['roles'])})")
+    if isinstance(setting, str) and setting == "all":
+        return rows
+    if isinstance(setting, str) and setting == "first":
+        setting = (rows["dataset"].iloc[0], rows["model"].iloc[0])
+    if not (isinstance(setting, tuple) and len(setting) == 2):
+        raise ValueError(f"setting must be 'all', 'first' or a (dataset, model) pair; got {setting!r}")
+    chosen = rows[(rows["dataset"] == setting[0]) & (rows["model"] == setting[1])]
+    if chosen.empty:
+        there = sorted(set(zip(rows["dataset"], rows["model"])))
+        raise ValueError(f"setting {setting!r} has no finished run of role {role!r} in {out}; there are {there}")
+    return chosen
+
+
 def load_histories(out: str | os.PathLike, results=None):
     """Per-epoch training records of every run in ``results`` (default: all of ``out``'s results).
 
@@ -157,25 +218,25 @@ def _and(items: list[str]) -> str:
 def describe_build(out: str | os.PathLike, results) -> str:
     """What a page was built from, in Markdown, read from the runs themselves.
 
-    The sweep profile whose runs include every run of ``results`` (run ids hash every setting,
-    so they tell the profiles apart) and its description, the number of runs, the datasets with
-    their training-set sizes (each run's ``config.json``), the networks, the epochs and the seeds.
+    The sweep profile of the folder (its ``profile.json``; "shrunk" for a
+    :func:`~focalcal.lab.profiles.shrink` version) and its description, the number of runs, the
+    datasets with their training-set sizes (each run's ``config.json``), the networks, the epochs
+    and the seeds.
     """
-    from ..sweep import PROFILES
-
     runs = results.drop_duplicates("run")
-    ids = set(runs["run"])
-    profile = next((name for name, p in PROFILES.items() if ids <= {r.run_id for r in p.expand()}), None)
+    info = load_profile(out) if (Path(out) / PROFILE_FILE).is_file() else None
+    profile = info["profile"] if info else None
     sizes: dict[str, list[int]] = {}
     for _, r in runs.iterrows():
         config = json.loads((Path(out) / "runs" / r["run"] / "config.json").read_text())
         sizes.setdefault(r["dataset"], []).append(int(config["data"]["train"]))
     nets = [f"`{m}`" for m in dict.fromkeys(runs["model"])]
     seeds = sorted({int(s) for s in runs["seed"]})
-    source = f"the sweep profile `{profile}`" if profile else "a sweep folder (no single profile holds its runs)"
+    source = (f"the sweep profile `{profile}`{' (shrunk)' if info.get('shrunk') else ''}" if profile
+              else "a sweep folder without a profile.json")
     data = _and([f"`{d}` ({_span(n, 'training sample')})" for d, n in sizes.items()])
-    text = (f"This page was built from {len(runs)} runs of {source}: {data}, "
+    text = (f"This page was built from {len(runs)} run{'s' if len(runs) != 1 else ''} of {source}: {data}, "
             f"network{'s' if len(nets) > 1 else ''} {_and(nets)}, "
             f"{_span([int(e) for e in runs['epochs']], 'epoch')}, "
             f"seed{'s' if len(seeds) > 1 else ''} {_and([str(s) for s in seeds])}.")
-    return text + (f" The `{profile}` profile: {PROFILES[profile].description}." if profile else "")
+    return text + (f" The `{profile}` profile: {info['description']}." if profile else "")
