@@ -268,3 +268,63 @@ def test_published_logits_page_shows_the_data(built_book):
     outputs = " ".join(o.get_text(" ") for o in soup.select(".cell_output"))
     assert "not available on this machine" not in outputs
     assert soup.select("main img"), "the reliability figure is missing"
+
+
+# ------------------------------------------------------- the same pages from the gpu profile ---
+
+#: the pages that read the sweep: they select their runs by role (focalcal.lab.results.runs_for)
+SWEEP_PAGES = [p for p in PAGES if "results.runs_for(" in (ROOT / f"{p}.md").read_text()]
+GPU_OUT = ROOT / "_build" / "test-gpu"
+
+
+@pytest.fixture(scope="session")
+def gpu_book(gpu_shrunk_runs) -> Path:
+    """The pages of :data:`SWEEP_PAGES` built from the shrunk gpu profile's runs (CIFAR-10/100,
+    ResNet-50 and Wide-ResNet), as ``make book PROFILE=gpu SWEEP=0 RUNS=...`` builds them: the
+    same pages, no edit. Only those pages are in this build's table of contents, so links to the
+    others are unresolved; hence no ``-W`` (a failing cell still fails the build)."""
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    cfg["execute"]["cache"] = str(GPU_OUT / ".jupyter_cache")
+    GPU_OUT.mkdir(parents=True, exist_ok=True)
+    (GPU_OUT / "_config.yml").write_text(yaml.safe_dump(cfg))
+    (GPU_OUT / "_toc.yml").write_text(yaml.safe_dump(
+        {"format": "jb-book", "root": SWEEP_PAGES[0], "chapters": [{"file": p} for p in SWEEP_PAGES[1:]]}))
+    env = dict(os.environ, FOCALCAL_RUNS=str(gpu_shrunk_runs), MPLBACKEND="Agg")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(GPU_OUT), "--config",
+                           str(GPU_OUT / "_config.yml"), "--toc", str(GPU_OUT / "_toc.yml"), "--all"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    html = GPU_OUT / "_build" / "html"
+    if proc.returncode != 0:
+        reports = "\n".join(p.read_text()[-4000:] for p in sorted((html / "reports").glob("**/*.log"))) \
+            if (html / "reports").exists() else ""
+        pytest.fail(f"jupyter-book build of the sweep's pages from the shrunk gpu runs failed (exit "
+                    f"{proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}\n{reports}")
+    return html
+
+
+def test_every_sweep_page_selects_by_role():
+    # every page that reads a sweep folder selects its runs by role, so the gpu build below has
+    # them all; none selects by data set (that would tie it to one profile)
+    reading = [p for p in PAGES if "results.runs_dir()" in (ROOT / f"{p}.md").read_text()]
+    assert reading and reading == SWEEP_PAGES
+    for page in SWEEP_PAGES:
+        assert '== "fashion_mnist"' not in (ROOT / f"{page}.md").read_text(), page
+
+
+@pytest.mark.parametrize("page", SWEEP_PAGES)
+def test_page_builds_from_the_gpu_profile(gpu_book, page):
+    text = (gpu_book / f"{page}.html").read_text()
+    assert "Traceback (most recent call last)" not in text, f"{page} shows a traceback"
+    main = " ".join(BeautifulSoup(text, "html.parser").select_one("main").get_text(" ").split())
+    # it says which profile it read, and (but for the synthetic tasks) the data it trained on
+    assert "the sweep profile gpu (shrunk)" in main, page
+    if "synthetic" not in page:
+        assert "CIFAR-10" in main or "cifar10" in main, page
+    assert "Fashion-MNIST training images" not in main, page
+    # a page that shows one setting of several names the others (the comparison: CIFAR-10 and
+    # CIFAR-100 on ResNet-50 and Wide-ResNet-26-10)
+    if "other_settings(" in (ROOT / f"{page}.md").read_text():
+        others = main.partition("also trained these runs on ")[2].partition("; this page shows")[0]
+        assert {"CIFAR-100 on ResNet-50", "CIFAR-10 on Wide-ResNet-26-10"} <= set(
+            others.replace(" and ", ", ").split(", ")), (page, others)

@@ -30,14 +30,14 @@ def test_losses_come_from_the_sweep():
     assert not {lo.display for lo in sweep.ZHOU_LOSSES + sweep.KK_EXTRA_LOSSES} & set(mf.LOSSES)
 
 
-def _results(labels_seeds, dataset="fashion_mnist", model="cnn"):
-    return pd.DataFrame([{"run": f"{lo}-s{s}", "dataset": dataset, "model": model, "loss_label": lo, "seed": s}
+def _results(labels_seeds):
+    return pd.DataFrame([{"run": f"{lo}-s{s}", "dataset": "fashion_mnist", "model": "cnn", "loss_label": lo, "seed": s}
                          for lo, s in labels_seeds])
 
 
 def test_select_and_missing():
-    res = pd.concat([_results([(mf.CE, 0), ("AURC", 0)]), _results([(mf.FL3, 0)], model="mlp")])
-    assert list(mf.select_runs(res)["loss_label"]) == [mf.CE]
+    res = _results([(mf.CE, 0), ("AURC", 0), (mf.CE, 1)])
+    assert list(mf.select_runs(res)["loss_label"]) == [mf.CE, mf.CE]
     assert mf.missing_losses(res) == list(mf.LOSSES[1:])
 
 

@@ -90,7 +90,7 @@ def test_settings_roles_best_gammas_and_claims():
     assert pc.tsfl_claim(tab[tab["gamma"] == 0], large)["worsens"] == "not run in this build"
 
 
-def _write_run(out, name, *, hidden, n_train, loss, loss_params, seed, curvature=False, label=None):
+def _write_run(out, name, *, hidden, n_train, loss, loss_params, seed, label=None):
     d = out / "runs" / name
     d.mkdir(parents=True)
     g = torch.Generator().manual_seed(seed)
@@ -103,7 +103,7 @@ def _write_run(out, name, *, hidden, n_train, loss, loss_params, seed, curvature
         "config": {"dataset": "fashion_mnist", "model": "mlp", "loss": loss, "loss_params": json.dumps(loss_params),
                    "epochs": 2, "seed": seed, "train_subset": n_train, "model_params": json.dumps(mp)},
         "data": {"train": n_train, "val": 200, "test": 200}}))
-    train = {"epochs": 2, "train_subset": n_train, **({"curvature_samples": 64} if curvature else {})}
+    train = {"epochs": 2, "train_subset": n_train}
     (d / "spec.json").write_text(json.dumps({"train": train, "model_params": mp}))
     gamma = float(loss_params.get("gamma", 0.0)) if loss == "focal" else 0.0
     cal = results.calibrate(z[:200], y[:200], z[200:], y[200:], train_gamma=gamma,
@@ -119,9 +119,7 @@ def test_psi_runs_and_table(tmp_path):
     rows += _write_run(tmp_path, "b", hidden=[64], n_train=100, loss="focal", loss_params={"gamma": 2.0}, seed=1)
     rows += _write_run(tmp_path, "c", hidden=[64], n_train=100, loss="label_smoothing",
                        loss_params={"alpha": 0.1}, seed=0, label="label smoothing (0.1)")
-    # the curvature chapter's run: same network and label, left out
-    rows += _write_run(tmp_path, "d", hidden=[64], n_train=100, loss="focal", loss_params={"gamma": 2.0},
-                       seed=0, curvature=True)
+    # a run of another loss (the page passes the psi role's runs; its losses are LOSSES)
     rows += _write_run(tmp_path, "e", hidden=[64], n_train=100, loss="hessian_trace",
                        loss_params={"lamda": 0.01}, seed=0, label="CE + tau Tr(H)")
     res = pd.DataFrame(rows)
@@ -152,14 +150,19 @@ def test_psi_runs_and_table(tmp_path):
     assert np.isfinite(tab[["ece_raw", "ece_psi", "ece_tsfl", "ece_tsfl_psi"]].to_numpy()).all()
 
 
-def test_profile_plan():
+def test_profile_plan(monkeypatch):
     from focalcal.lab import sweep
 
     cpu = pc.profile_plan("cpu")
     assert cpu["gammas"] == list(sweep.PSI_GAMMAS) and cpu["ls_alpha"] == 0.1
     assert cpu["runs"] == 3 * len(sweep.PSI_LOSSES) * cpu["seeds"] and len(cpu["settings"]) == 3
-    # the curvature chapter's MLPs (same network, focal labels) are not counted
+    # the curvature chapter's MLPs (same network, focal labels, another role) are not counted
     assert all("64 MLP" not in s or "4,000" in s for s in cpu["settings"])
     assert pc.profile_plan("smoke")["ls_alpha"] is None
-    with pytest.raises(ValueError, match="Psi chapter"):
-        pc.profile_plan("paper")
+    # the gpu profile's MLPs read CIFAR-10's 3 072 inputs; its full setting uses every training image
+    gpu = pc.profile_plan("gpu")
+    assert gpu["settings"][0] == "3072-64-10 MLP, all images" and gpu["settings"][2].endswith("4,500 images")
+    assert pc.profile_plan("gpu", shrunk=True)["epochs"] == 1
+    monkeypatch.setitem(sweep.PROFILES, "psi-less", sweep.Profile("no Psi runs", [sweep.SYNTHETIC_BLOCK]))
+    with pytest.raises(ValueError, match="profile 'psi-less' has no runs of the Psi chapter"):
+        pc.profile_plan("psi-less")

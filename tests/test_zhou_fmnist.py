@@ -57,8 +57,9 @@ def test_select_runs_filters_and_orders():
             for method in ("uncalibrated", "TS (NLL)"):  # results have one row per run x method
                 rows.append({"run": f"{ds}-{model}-{lab}-{seed}", "method": method, "dataset": ds, "model": model,
                              "loss": loss, "loss_label": lab, "seed": seed, "epochs": 18})
-    runs = zf.select_runs(pd.DataFrame(rows))
+    runs = zf.select_runs(pd.DataFrame(rows), dataset="fashion_mnist", model="cnn")
     assert list(runs["loss_label"]) == ["cross-entropy"] * 2 + ["selective-risk"] * 2
+    assert len(zf.select_runs(pd.DataFrame(rows))) == 8  # no data set or network: every run of a label
     assert list(runs["seed"]) == [0, 1, 0, 1]
     assert runs["run"].is_unique
     with pytest.raises(ValueError, match="results"):

@@ -74,10 +74,9 @@ TRAIN_BINS = 25
 # --------------------------------------------------------------------------------------------
 
 def select_runs(results, losses: Sequence[str] = LOSSES):
-    """The rows of ``results`` (a sweep's ``results.csv``) of the Fashion-MNIST CNN runs of ``losses``."""
-    keep = ((results["dataset"] == "fashion_mnist") & (results["model"] == "cnn")
-            & results["loss_label"].isin(list(losses)))
-    return results[keep]
+    """The rows of ``results`` of the runs of ``losses`` (by label); ``results`` holds one data set
+    and network, e.g. ``focalcal.lab.results.runs_for(out, "comparison", setting="first")``."""
+    return results[results["loss_label"].isin(list(losses))]
 
 
 def missing_losses(results, losses: Sequence[str] = LOSSES) -> list[str]:

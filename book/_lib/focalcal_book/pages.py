@@ -2,7 +2,10 @@
 
 - :func:`glue_values` glues keyword arguments for ``{glue:text}`` references (no output);
 - :func:`table` shows a ``pandas.DataFrame`` (or a list of dicts) as an HTML table with headers
-  that may contain ``$...$`` TeX, numbers formatted per column, booleans as yes/no and no index.
+  that may contain ``$...$`` TeX, numbers formatted per column, booleans as yes/no and no index;
+- :func:`run_setting` says, for prose, what data and network a sweep's run trained on (the
+  experiment pages read any profile's runs, so they never name a data set themselves), and
+  :func:`other_settings` which settings of the profile a page leaves out.
 
 The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`.
 """
@@ -10,9 +13,11 @@ The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`
 from __future__ import annotations
 
 import html
+import json
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from focalcal_book.verify import tex_html
@@ -22,6 +27,46 @@ Format = str | Callable[[Any], str]
 _TABLE_STYLE = "border-collapse:collapse;font-size:0.9em;margin:0.5em 0"
 _HEAD_STYLE = "padding:0.3em 0.7em;border-bottom:1px solid #8c959f;text-align:right"
 _CELL_STYLE = "padding:0.25em 0.7em;border-top:1px solid #eaeef2;text-align:right"
+
+
+#: the data sets and networks of the sweep's profiles, as the prose names them
+DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
+                 "svhn": "SVHN", "tiny_imagenet": "Tiny-ImageNet", "gaussian_mixture": "the Gaussian mixture",
+                 "charoenphakdee_1d": "the 1-D task"}
+NETWORK_NAMES = {"cnn": "small CNN", "mlp": "MLP", "resnet50": "ResNet-50", "resnet110": "ResNet-110",
+                 "resnet50_tiny": "ResNet-50", "wide_resnet26_10": "Wide-ResNet-26-10",
+                 "densenet121": "DenseNet-121"}
+
+
+def run_setting(out: str | Path, run: str) -> dict[str, Any]:
+    """What run ``run`` of the sweep folder ``out`` trained on, read from its ``config.json``:
+    ``dataset`` and ``network`` (their names in prose, :data:`DATASET_NAMES`, :data:`NETWORK_NAMES`),
+    ``n_params`` (the network's parameters), ``n_train``, ``n_val``, ``n_test`` (images used),
+    ``config`` (the template's parameters) and ``trainer`` (the optimiser's settings)."""
+    blob = json.loads((Path(out) / "runs" / run / "config.json").read_text())
+    cfg = blob["config"]
+    return {"dataset": DATASET_NAMES.get(cfg["dataset"], cfg["dataset"]),
+            "network": NETWORK_NAMES.get(cfg["model"], cfg["model"]),
+            "n_params": int(blob["model"]["parameters"]), "n_train": int(blob["data"]["train"]),
+            "n_val": int(blob["data"]["val"]), "n_test": int(blob["data"]["test"]),
+            "config": cfg, "trainer": blob["trainer"]}
+
+
+def other_settings(out: str | Path, role: str, results, shown) -> str:
+    """A sentence naming the settings (data set on network) that the folder's profile trained for
+    ``role`` besides those of ``shown`` (the rows a page shows), or ``""`` where there are none:
+    a page that shows one setting (``runs_for(..., setting="first")``) says what it leaves out."""
+    from focalcal.lab.results import runs_for
+
+    every = runs_for(out, role, results)
+    here = set(zip(shown["dataset"], shown["model"]))
+    rest = [p for p in dict.fromkeys(zip(every["dataset"], every["model"])) if p not in here]
+    if not rest:
+        return ""
+    names = [f"{DATASET_NAMES.get(d, d)} on {NETWORK_NAMES.get(m, m)}" for d, m in rest]
+    return (f"The profile also trained these runs on {', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
+            f"{names[-1]}; this page shows the first setting the profile lists "
+            f"(`focalcal.lab.results.runs_for(..., setting=(dataset, model))` selects another).")
 
 
 def glue_values(**values: Any) -> None:

@@ -47,27 +47,17 @@ __all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table",
 LOSSES: tuple[str, ...] = ("focal", "label_smoothing")
 
 
-def _is_curvature_run(run_dir: Path) -> bool:
-    # the curvature chapter's runs measure the Hessian after training: a curvature_samples
-    # setting in the sweep's spec, and a curvature.json beside the logits
-    if (run_dir / "curvature.json").is_file():
-        return True
-    spec = run_dir / "spec.json"
-    return spec.is_file() and bool(json.loads(spec.read_text()).get("train", {}).get("curvature_samples"))
-
-
 def setting_name(hidden: Sequence[int], n_train: int, in_features: int = 784, n_classes: int = 10) -> str:
-    """``"784-64-10 MLP, 4,000 images"``: a network by its layer widths and its training-set size."""
+    """``"784-64-10 MLP, 4,000 images"``: a network by its layer widths and its training-set size
+    (``n_train = 0``, a profile's setting for the whole training split: "all images")."""
     widths = "-".join(str(int(w)) for w in (in_features, *hidden, n_classes))
-    return f"{widths} MLP, {int(n_train):,} images"
+    return f"{widths} MLP, {f'{int(n_train):,}' if n_train else 'all'} images"
 
 
 def psi_runs(out: str | Path, results) -> Any:
-    """The runs of ``results`` (a sweep's ``results.csv``) that this chapter reads.
-
-    Fashion-MNIST MLPs trained with a loss of :data:`LOSSES`, without the curvature chapter's
-    runs (a ``curvature_samples`` train setting or a ``curvature.json``), which share the network
-    and the loss labels.
+    """The runs of ``results`` trained with a loss of :data:`LOSSES`: the page passes the rows of
+    the sweep's ``psi`` role (``focalcal.lab.results.runs_for(out, "psi")``), the MLPs of this
+    chapter (the curvature chapter's share the network and the loss labels, under another role).
 
     Returns
     -------
@@ -83,12 +73,10 @@ def psi_runs(out: str | Path, results) -> Any:
     cols = ["run", "loss", "loss_label", "gamma", "seed", "hidden", "in_features", "n_train", "n_params",
             "epochs", "setting"]
     r = results.drop_duplicates("run")
-    r = r[(r["dataset"] == "fashion_mnist") & (r["model"] == "mlp") & r["loss"].isin(LOSSES)]
+    r = r[r["loss"].isin(LOSSES)]
     rows = []
     for rec in r.to_dict("records"):
         d = Path(out) / "runs" / rec["run"]
-        if _is_curvature_run(d):
-            continue
         blob = json.loads((d / "config.json").read_text())
         config = blob["config"]
         mp = config.get("model_params") or "{}"
@@ -107,12 +95,12 @@ def psi_runs(out: str | Path, results) -> Any:
     return pd.DataFrame(rows, columns=cols)
 
 
-def profile_plan(profile: str = "cpu") -> dict[str, Any]:
+def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any]:
     """What a sweep profile trains for this chapter (read from :mod:`focalcal.lab.sweep`, so the
     page can state it without hard-coding it): ``settings`` (:func:`setting_name`, in the
     profile's order), ``runs``, ``gammas`` (focal), ``ls_alpha`` (label smoothing, or ``None``),
-    ``seeds`` (number) and ``epochs``. Fashion-MNIST MLP runs of :data:`LOSSES` without a
-    ``curvature_samples`` setting, as :func:`psi_runs` selects them.
+    ``seeds`` (number) and ``epochs``: the runs of its ``psi`` role (of its
+    :func:`~focalcal.lab.profiles.shrink` version with ``shrunk``) with a loss of :data:`LOSSES`.
 
     Raises
     ------
@@ -122,12 +110,11 @@ def profile_plan(profile: str = "cpu") -> dict[str, Any]:
     """
     from focalcal.lab import sweep
 
-    runs = [r for r in sweep.get_profile(profile).expand()
-            if r.dataset == "fashion_mnist" and r.model == "mlp" and r.loss.name in LOSSES
-            and not dict(r.train).get("curvature_samples")]
+    runs = [r for r in sweep.get_profile(profile, shrunk=shrunk).runs_of("psi") if r.loss.name in LOSSES]
     if not runs:
         raise ValueError(f"profile {profile!r} has no runs of the Psi chapter")
-    names = list(dict.fromkeys(setting_name(dict(r.model_params)["hidden"], dict(r.train)["train_subset"])
+    names = list(dict.fromkeys(setting_name(dict(r.model_params)["hidden"], dict(r.train)["train_subset"],
+                                            dict(r.model_params).get("in_features", 784))
                                for r in runs))
     alphas = [dict(r.loss.params)["alpha"] for r in runs if r.loss.name == "label_smoothing"]
     return {"settings": names, "runs": len(runs),

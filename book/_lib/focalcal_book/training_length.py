@@ -47,13 +47,13 @@ CALIBRATED: tuple[float, float] = (0.8, 1.25)
 
 
 def sweep_runs(out: str | Path, results) -> Any:
-    """One row per run of ``results`` (a sweep's ``results.csv``) of the training-length block
-    (a loss of :data:`focalcal.lab.sweep.LENGTH_LOSSES`, by its label) whose training saved logits
-    at chosen epochs: ``run``, ``loss_label``, ``gamma`` (the focal ``gamma``, 0 for other losses),
-    ``seed`` and ``logits_epochs`` (a tuple).
-
-    The label matters: other blocks of the same network save logits at chosen epochs too (Mukhoti
-    et al.'s runs, for their Fig. 1), under other labels and another schedule."""
+    """One row per run of ``results`` of the training-length block (a loss of
+    :data:`focalcal.lab.sweep.LENGTH_LOSSES`, by its label) whose training saved logits at chosen
+    epochs: ``run``, ``loss_label``, ``gamma`` (the focal ``gamma``, 0 for other losses), ``seed``
+    and ``logits_epochs`` (a tuple). The page passes the rows of the sweep's ``length`` role
+    (``focalcal.lab.results.runs_for(out, "length", setting="first")``); given a whole results
+    table, the labels keep Mukhoti et al.'s runs out (they save logits at chosen epochs too, for
+    their Fig. 1, under other labels and another schedule)."""
     import pandas as pd
 
     from focalcal.lab.results import training_gamma

@@ -82,20 +82,23 @@ def loss_parameters(name: str, params: Mapping[str, Any] | None = None) -> dict[
     return out | dict(params or {})
 
 
-def select_runs(results: pd.DataFrame, *, dataset: str = "fashion_mnist", model: str = "cnn",
+def select_runs(results: pd.DataFrame, *, dataset: str | None = None, model: str | None = None,
                 labels: Sequence[str] = LABELS) -> pd.DataFrame:
-    """One row per run of ``results`` on ``dataset`` / ``model`` whose loss label is in ``labels``.
+    """One row per run of ``results`` (on ``dataset`` / ``model`` where given) whose loss label is
+    in ``labels``.
 
     Columns ``run``, ``loss``, ``loss_label``, ``seed``, ``epochs``; rows in the order of
-    ``labels``, then by seed. Other runs with the same label (e.g. the synthetic tasks') are left
-    out by ``dataset`` and ``model``.
+    ``labels``, then by seed. The page passes the rows of one data set and network
+    (``focalcal.lab.results.runs_for(out, "comparison", setting="first")``); ``dataset`` and
+    ``model`` narrow a whole results table instead.
     """
     from focalcal.lab.results import select_losses
 
     missing = {"run", "dataset", "model", "loss", "loss_label", "seed", "epochs"} - set(results.columns)
     if missing:
         raise ValueError(f"results must be a sweep's results table; it lacks {sorted(missing)}")
-    r, order = select_losses(results[results["model"] == model], dataset, list(labels))
+    r, order = select_losses(results if model is None else results[results["model"] == model], dataset,
+                             list(labels))
     runs = r.drop_duplicates("run")[["run", "loss", "loss_label", "seed", "epochs"]]
     runs = runs.assign(_o=runs["loss_label"].map(order.index)).sort_values(["_o", "seed"], kind="stable")
     return runs.drop(columns="_o").reset_index(drop=True)

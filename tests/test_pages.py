@@ -1,0 +1,53 @@
+"""focalcal_book.pages: what a page says about the runs it read."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from focalcal.lab import sweep
+from focalcal.lab.data import DATASETS
+from focalcal.lab.models import MODELS
+from focalcal.lab.results import runs_for
+from focalcal_book.pages import DATASET_NAMES, NETWORK_NAMES, other_settings, run_setting
+
+
+def _write(tmp_path, run, dataset, model):
+    d = tmp_path / "runs" / run
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({
+        "config": {"dataset": dataset, "model": model, "train_subset": 0, "batch_size": 128},
+        "trainer": {"optimizer": "sgd", "lr": 0.1}, "model": {"class": "X", "parameters": 36_500_000},
+        "data": {"train": 45_000, "val": 5_000, "test": 10_000}}))
+
+
+def test_run_setting_reads_the_runs_own_config(tmp_path):
+    _write(tmp_path, "a", "cifar100", "wide_resnet26_10")
+    s = run_setting(tmp_path, "a")
+    assert (s["dataset"], s["network"]) == ("CIFAR-100", "Wide-ResNet-26-10")
+    # the sizes the run used, not the template's parameters (train_subset 0 means all of them)
+    assert (s["n_params"], s["n_train"], s["n_val"], s["n_test"]) == (36_500_000, 45_000, 5_000, 10_000)
+    assert s["config"]["batch_size"] == 128 and s["trainer"]["lr"] == 0.1
+    # a data set or network without a prose name keeps its key
+    _write(tmp_path, "b", "new_data", "new_net")
+    assert (run_setting(tmp_path, "b")["dataset"], run_setting(tmp_path, "b")["network"]) == ("new_data", "new_net")
+
+
+def test_every_dataset_and_network_has_a_prose_name():
+    assert set(DATASETS) <= set(DATASET_NAMES)
+    assert set(MODELS) <= set(NETWORK_NAMES)
+
+
+def test_other_settings_names_what_a_page_leaves_out(tmp_path):
+    sweep.write_profile(tmp_path, "gpu", shrunk=True)
+    profile = sweep.get_profile("gpu", shrunk=True)
+    table = pd.DataFrame([{"run": r.run_id, "dataset": r.dataset, "model": r.model}
+                          for role in ("comparison", "length") for r in profile.runs_of(role)])
+    shown = runs_for(tmp_path, "comparison", table, setting="first")
+    note = other_settings(tmp_path, "comparison", table, shown)
+    # in the profile's order (shrink() makes one block per network)
+    assert note.startswith("The profile also trained these runs on CIFAR-100 on ResNet-50, "
+                           "CIFAR-10 on Wide-ResNet-26-10 and CIFAR-100 on Wide-ResNet-26-10; this page shows")
+    assert other_settings(tmp_path, "comparison", table, runs_for(tmp_path, "comparison", table)) == ""
+    assert other_settings(tmp_path, "length", table, runs_for(tmp_path, "length", table, setting="first")) == ""
