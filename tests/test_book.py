@@ -28,7 +28,6 @@ pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "_build" / "test"
-HTML = OUT / "_build" / "html"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--virtual-time-budget=20000", "--window-size=1280,4000", "--hide-scrollbars",
@@ -99,23 +98,30 @@ def chromium() -> str:
 def built_book(smoke_runs, shared_logits_dir) -> Path:
     """Build the whole book once, into _build/test, with the smoke sweep's results and the
     published logits (the build inherits FOCALCAL_LOGITS_DIR)."""
+    return jupyter_book(OUT, smoke_runs, "-W", "-n", "--keep-going")
+
+
+def jupyter_book(out: Path, runs: Path, *options: str) -> Path:
+    """``jupyter-book build --all`` of the repository into ``out`` with the sweep folder ``runs``
+    (``$FOCALCAL_RUNS``) and ``options``; returns the HTML folder, or fails the test with the
+    build's output and its execution reports. The build keeps its execution cache in ``out``, so
+    that it never mixes with `make book`'s."""
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
-    # the test build keeps its own execution cache so it never mixes with `make book`'s
-    cfg["execute"]["cache"] = str(OUT / ".jupyter_cache")
-    OUT.mkdir(parents=True, exist_ok=True)
-    cfg_path = OUT / "_config.yml"
-    cfg_path.write_text(yaml.safe_dump(cfg))
-    env = dict(os.environ, FOCALCAL_RUNS=str(smoke_runs), MPLBACKEND="Agg")
+    cfg["execute"]["cache"] = str(out / ".jupyter_cache")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "_config.yml").write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, FOCALCAL_RUNS=str(runs), MPLBACKEND="Agg")
     jb = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(OUT), "--config",
-                           str(cfg_path), "-W", "-n", "--keep-going", "--all"],
+    proc = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "--config",
+                           str(out / "_config.yml"), *options, "--all"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
+    html = out / "_build" / "html"
     if proc.returncode != 0:
-        reports = "\n".join(p.read_text()[-4000:] for p in sorted((HTML / "reports").glob("**/*.log"))) \
-            if (HTML / "reports").exists() else ""
-        pytest.fail(f"jupyter-book build failed (exit {proc.returncode}):\n"
+        reports = "\n".join(p.read_text()[-4000:] for p in sorted((html / "reports").glob("**/*.log"))) \
+            if (html / "reports").exists() else ""
+        pytest.fail(f"jupyter-book build into {out} failed (exit {proc.returncode}):\n"
                     f"{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}\n{reports}")
-    return HTML
+    return html
 
 
 @pytest.fixture(scope="session")
@@ -283,24 +289,10 @@ def gpu_book(gpu_shrunk_runs) -> Path:
     ResNet-50 and Wide-ResNet), as ``make book PROFILE=gpu SWEEP=0 RUNS=...`` builds them: the
     same pages, no edit. Only those pages are in this build's table of contents, so links to the
     others are unresolved; hence no ``-W`` (a failing cell still fails the build)."""
-    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
-    cfg["execute"]["cache"] = str(GPU_OUT / ".jupyter_cache")
     GPU_OUT.mkdir(parents=True, exist_ok=True)
-    (GPU_OUT / "_config.yml").write_text(yaml.safe_dump(cfg))
     (GPU_OUT / "_toc.yml").write_text(yaml.safe_dump(
         {"format": "jb-book", "root": SWEEP_PAGES[0], "chapters": [{"file": p} for p in SWEEP_PAGES[1:]]}))
-    env = dict(os.environ, FOCALCAL_RUNS=str(gpu_shrunk_runs), MPLBACKEND="Agg")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(GPU_OUT), "--config",
-                           str(GPU_OUT / "_config.yml"), "--toc", str(GPU_OUT / "_toc.yml"), "--all"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    html = GPU_OUT / "_build" / "html"
-    if proc.returncode != 0:
-        reports = "\n".join(p.read_text()[-4000:] for p in sorted((html / "reports").glob("**/*.log"))) \
-            if (html / "reports").exists() else ""
-        pytest.fail(f"jupyter-book build of the sweep's pages from the shrunk gpu runs failed (exit "
-                    f"{proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}\n{reports}")
-    return html
+    return jupyter_book(GPU_OUT, gpu_shrunk_runs, "--toc", str(GPU_OUT / "_toc.yml"))
 
 
 def test_every_sweep_page_selects_by_role():
