@@ -8,9 +8,9 @@ import pandas as pd
 
 from focalcal.lab import sweep
 from focalcal.lab.data import DATASETS
-from focalcal.lab.models import MODELS
+from focalcal.lab.models import MODEL_TITLES, MODELS
 from focalcal.lab.results import runs_for
-from focalcal_book.pages import DATASET_NAMES, NETWORK_NAMES, other_settings, run_setting
+from focalcal_book.pages import other_settings, run_setting
 
 
 def _write(tmp_path, run, dataset, model):
@@ -35,8 +35,8 @@ def test_run_setting_reads_the_runs_own_config(tmp_path):
 
 
 def test_every_dataset_and_network_has_a_prose_name():
-    assert set(DATASETS) <= set(DATASET_NAMES)
-    assert set(MODELS) <= set(NETWORK_NAMES)
+    assert all(info.title for info in DATASETS.values())
+    assert set(MODEL_TITLES) == set(MODELS)
 
 
 def test_other_settings_names_what_a_page_leaves_out(tmp_path):

@@ -29,24 +29,24 @@ _HEAD_STYLE = "padding:0.3em 0.7em;border-bottom:1px solid #8c959f;text-align:ri
 _CELL_STYLE = "padding:0.25em 0.7em;border-top:1px solid #eaeef2;text-align:right"
 
 
-#: the data sets and networks of the sweep's profiles, as the prose names them
-DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100",
-                 "svhn": "SVHN", "tiny_imagenet": "Tiny-ImageNet", "gaussian_mixture": "the Gaussian mixture",
-                 "charoenphakdee_1d": "the 1-D task"}
-NETWORK_NAMES = {"cnn": "small CNN", "mlp": "MLP", "resnet50": "ResNet-50", "resnet110": "ResNet-110",
-                 "resnet50_tiny": "ResNet-50", "wide_resnet26_10": "Wide-ResNet-26-10",
-                 "densenet121": "DenseNet-121"}
+def _titles(dataset: str, model: str) -> tuple[str, str]:
+    # the lab's prose names (imported here: the theory chapters use this module without the lab)
+    from focalcal.lab.data import DATASETS
+    from focalcal.lab.models import MODEL_TITLES
+
+    return (DATASETS[dataset].title if dataset in DATASETS else dataset, MODEL_TITLES.get(model, model))
 
 
 def run_setting(out: str | Path, run: str) -> dict[str, Any]:
     """What run ``run`` of the sweep folder ``out`` trained on, read from its ``config.json``:
-    ``dataset`` and ``network`` (their names in prose, :data:`DATASET_NAMES`, :data:`NETWORK_NAMES`),
+    ``dataset`` and ``network`` (their names in prose: ``DatasetInfo.title`` and
+    :data:`focalcal.lab.models.MODEL_TITLES`; a name the lab does not know stays as it is),
     ``n_params`` (the network's parameters), ``n_train``, ``n_val``, ``n_test`` (images used),
     ``config`` (the template's parameters) and ``trainer`` (the optimiser's settings)."""
     blob = json.loads((Path(out) / "runs" / run / "config.json").read_text())
     cfg = blob["config"]
-    return {"dataset": DATASET_NAMES.get(cfg["dataset"], cfg["dataset"]),
-            "network": NETWORK_NAMES.get(cfg["model"], cfg["model"]),
+    dataset, network = _titles(cfg["dataset"], cfg["model"])
+    return {"dataset": dataset, "network": network,
             "n_params": int(blob["model"]["parameters"]), "n_train": int(blob["data"]["train"]),
             "n_val": int(blob["data"]["val"]), "n_test": int(blob["data"]["test"]),
             "config": cfg, "trainer": blob["trainer"]}
@@ -63,7 +63,7 @@ def other_settings(out: str | Path, role: str, results, shown) -> str:
     rest = [p for p in dict.fromkeys(zip(every["dataset"], every["model"])) if p not in here]
     if not rest:
         return ""
-    names = [f"{DATASET_NAMES.get(d, d)} on {NETWORK_NAMES.get(m, m)}" for d, m in rest]
+    names = [" on ".join(_titles(d, m)) for d, m in rest]
     return (f"The profile also trained these runs on {', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
             f"{names[-1]}; this page shows the first setting the profile lists "
             f"(`focalcal.lab.results.runs_for(..., setting=(dataset, model))` selects another).")

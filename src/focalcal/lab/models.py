@@ -42,7 +42,7 @@ from torch import nn
 from .._validation import check_int
 
 __all__ = ["MLP", "SmallCNN", "cifar_resnet", "wide_resnet", "densenet121", "make_model",
-           "last_linear", "count_parameters", "MODELS"]
+           "last_linear", "count_parameters", "MODELS", "MODEL_TITLES"]
 
 
 class MLP(nn.Module):
@@ -232,6 +232,11 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "wide_resnet26_10": lambda num_classes, in_channels, **kw: wide_resnet(
         kw.pop("depth", 26), kw.pop("width", 10), num_classes, in_channels, **kw),
     "densenet121": lambda num_classes, in_channels, **kw: densenet121(num_classes, in_channels, **kw),
+}
+#: the networks of :data:`MODELS` as prose names them (the papers' names; the book's pages use them)
+MODEL_TITLES: dict[str, str] = {
+    "mlp": "MLP", "cnn": "small CNN", "resnet50": "ResNet-50", "resnet110": "ResNet-110",
+    "resnet50_tiny": "ResNet-50", "wide_resnet26_10": "Wide-ResNet-26-10", "densenet121": "DenseNet-121",
 }
 
 

@@ -27,6 +27,7 @@ class DatasetInfo:
     input_shape: tuple[int, ...]    #: per-sample shape, ``(d,)`` or ``(C, H, W)``
     splits: str                     #: sizes of train / val / test and where val comes from
     builder: Callable[..., Dataset] = field(repr=False)
+    title: str = ""                 #: its name in prose ("CIFAR-10"); the book's pages use it
 
     @property
     def in_channels(self) -> int:
@@ -51,28 +52,32 @@ def _synthetic(make_task: Callable[..., GaussianMixture]):
 DATASETS: dict[str, DatasetInfo] = {
     "charoenphakdee_1d": DatasetInfo(
         "charoenphakdee_1d", "synthetic", 3, (1,),
-        "10 000 / 5 000 / 10 000 independent draws (n= to change)", _synthetic(charoenphakdee_1d_task)),
+        "10 000 / 5 000 / 10 000 independent draws (n= to change)", _synthetic(charoenphakdee_1d_task),
+        "the 1-D three-class task"),
     "gaussian_mixture": DatasetInfo(
         "gaussian_mixture", "synthetic", 10, (2,),
         "10 000 / 5 000 / 10 000 independent draws; num_classes=, dim= change K and d",
-        _synthetic(gaussian_mixture_task)),
+        _synthetic(gaussian_mixture_task), "the Gaussian mixture"),
     "fashion_mnist": DatasetInfo(
         "fashion_mnist", "image", 10, (1, 28, 28),
-        "55 000 / 5 000 / 10 000; val = 5 000 of the 60 000 training images (seed 1)", build_fashion_mnist),
+        "55 000 / 5 000 / 10 000; val = 5 000 of the 60 000 training images (seed 1)", build_fashion_mnist,
+        "Fashion-MNIST"),
     "cifar10": DatasetInfo(
         "cifar10", "image", 10, (3, 32, 32),
-        "45 000 / 5 000 / 10 000; val = 10 % of training (seed 1, Mukhoti et al.)", cifar_builder("cifar10")),
+        "45 000 / 5 000 / 10 000; val = 10 % of training (seed 1, Mukhoti et al.)", cifar_builder("cifar10"),
+        "CIFAR-10"),
     "cifar100": DatasetInfo(
         "cifar100", "image", 100, (3, 32, 32),
-        "45 000 / 5 000 / 10 000; val = 10 % of training (seed 1, Mukhoti et al.)", cifar_builder("cifar100")),
+        "45 000 / 5 000 / 10 000; val = 10 % of training (seed 1, Mukhoti et al.)", cifar_builder("cifar100"),
+        "CIFAR-100"),
     "svhn": DatasetInfo(
         "svhn", "image", 10, (3, 32, 32),
         "65 932 / 7 325 / 26 032; val = 10 % of 'train' (seed 1, Mukhoti et al.'s code); "
-        "'extra' unused", build_svhn),
+        "'extra' unused", build_svhn, "SVHN"),
     "tiny_imagenet": DatasetInfo(
         "tiny_imagenet", "image", 200, (3, 64, 64),
         "90 000 / 10 000 / 10 000; val = 50 training images per class (seed 1); test = official val",
-        build_tiny_imagenet),
+        build_tiny_imagenet, "Tiny-ImageNet"),
 }
 
 

@@ -42,8 +42,10 @@ import numpy as np
 import torch
 
 from ..._validation import check_choice
+from ..models import MODEL_TITLES
 from .published import (_LOGITS_COMMIT, LOGITS_ENV, LOGITS_ROOT_ENV, PUBLISHED_SHA256, ZHOU_FOLDER,
                         DataUnavailableError, _download, _sha256, cache_dir)
+from .registry import DATASETS
 
 __all__ = ["LOGITS_ROOT_ENV", "MUKHOTI_FOLDER", "ZHOU_FOLDER", "ReleasedFile", "ReleasedNetwork",
            "RELEASED", "released_network", "released_path", "released_logits", "logits_root"]
@@ -93,8 +95,7 @@ class ReleasedNetwork:
     @property
     def label(self) -> str:
         """A short display name: ``"CIFAR-10 ResNet-50, Brier"``."""
-        data = "CIFAR-100" if self.dataset == "cifar100" else "CIFAR-10"
-        return f"{data} {self.network}, {self.loss}"
+        return f"{DATASETS[self.dataset].title} {self.network}, {self.loss}"
 
 
 # sha256 of Mukhoti et al.'s networks, by folder here (the README of the shared copy lists the same)
@@ -148,8 +149,10 @@ _MUKHOTI_SHA256 = {
                                    "ad0a67bbddd2900b3b3f0a329ac69108e9e74059e9852e0f51d97a0c8bfd88a5",
                                    "91f9d92f925d69bf288ec0c9adb1e1a0d0818611a57262500b7d0f67182b0b5b"),
 }
-_NETWORKS = {"resnet50": "ResNet-50", "resnet110": "ResNet-110", "wide_resnet": "Wide-ResNet-26-10",
-             "densenet121": "DenseNet-121"}
+# the released folders' network names, as :data:`focalcal.lab.models.MODEL_TITLES` writes them
+_NETWORKS = {key: MODEL_TITLES[name] for key, name in (("resnet50", "resnet50"), ("resnet110", "resnet110"),
+                                                       ("wide_resnet", "wide_resnet26_10"),
+                                                       ("densenet121", "densenet121"))}
 
 
 def _mukhoti(folder: str) -> ReleasedNetwork:
