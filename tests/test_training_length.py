@@ -6,6 +6,8 @@ import json
 
 import pandas as pd
 
+from focalcal.lab import sweep
+from focalcal.lab.results import runs_for
 from focalcal_book import training_length as tl
 
 
@@ -19,18 +21,26 @@ def _run(out, run: str, loss: str, params: dict, epochs: list[int] | None) -> No
 
 
 def test_sweep_runs_keeps_the_length_block_only(tmp_path):
-    # the length block's labels (CE, focal-3) against another block that also saves logits
-    # at chosen epochs (Mukhoti's cross-entropy) and a run that saves none
-    _run(tmp_path, "ce", "ce", {}, [1, 2])
-    _run(tmp_path, "f3", "focal", {"gamma": 3.0}, [1, 2])
-    _run(tmp_path, "mukhoti", "ce", {}, [2, 6])
+    # the cpu profile's length block (CE, focal-3) against another block that also saves logits
+    # at chosen epochs (Mukhoti's cross-entropy, Fig. 1): the page's role selection keeps the first
+    sweep.write_profile(tmp_path, "cpu")
+    profile = sweep.get_profile("cpu")
+    ce, f3 = (next(r for r in profile.runs_of("length") if r.loss.display == lab and r.seed == 0)
+              for lab in ("CE", "focal-3"))
+    mukhoti = next(r for r in profile.runs_of("comparison") if dict(r.train).get("logits_epochs"))
+    for r in (ce, f3, mukhoti):
+        _run(tmp_path, r.run_id, r.loss.name, dict(r.loss.params), dict(r.train)["logits_epochs"])
+    results = pd.DataFrame({"run": [ce.run_id, ce.run_id, f3.run_id, mukhoti.run_id],
+                            "loss_label": ["CE", "CE", "focal-3", mukhoti.loss.display], "seed": 0,
+                            "dataset": "fashion_mnist", "model": "cnn"})
+    out = tl.sweep_runs(tmp_path, runs_for(tmp_path, "length", results, setting="first"))
+    assert out["run"].tolist() == [ce.run_id, f3.run_id]
+    saved = tuple(sweep.CPU_LENGTH_TRAIN["logits_epochs"])
+    assert out["gamma"].tolist() == [0.0, 3.0] and out["logits_epochs"].tolist() == [saved, saved]
+    # a run that saved no logits at chosen epochs is left out
     _run(tmp_path, "plain", "focal", {"gamma": 3.0}, None)
-    results = pd.DataFrame({"run": ["ce", "ce", "f3", "mukhoti", "plain"],
-                            "loss_label": ["CE", "CE", "focal-3", "cross-entropy", "focal-3"],
-                            "seed": [0, 0, 0, 0, 1]})
-    out = tl.sweep_runs(tmp_path, results)
-    assert out["run"].tolist() == ["ce", "f3"]
-    assert out["gamma"].tolist() == [0.0, 3.0] and out["logits_epochs"].tolist() == [(1, 2), (1, 2)]
+    plain = pd.DataFrame({"run": ["plain"], "loss_label": ["focal-3"], "seed": [1]})
+    assert tl.sweep_runs(tmp_path, plain).empty
 
 
 def test_regime_choice_is_resolved_only_when_every_seed_agrees():

@@ -47,21 +47,17 @@ CALIBRATED: tuple[float, float] = (0.8, 1.25)
 
 
 def sweep_runs(out: str | Path, results) -> Any:
-    """One row per run of ``results`` of the training-length block (a loss of
-    :data:`focalcal.lab.sweep.LENGTH_LOSSES`, by its label) whose training saved logits at chosen
-    epochs: ``run``, ``loss_label``, ``gamma`` (the focal ``gamma``, 0 for other losses), ``seed``
-    and ``logits_epochs`` (a tuple). The page passes the rows of the sweep's ``length`` role
-    (``focalcal.lab.results.runs_for(out, "length", setting="first")``); given a whole results
-    table, the labels keep Mukhoti et al.'s runs out (they save logits at chosen epochs too, for
-    their Fig. 1, under other labels and another schedule)."""
+    """One row per run of ``results`` whose training saved logits at chosen epochs: ``run``,
+    ``loss_label``, ``gamma`` (the focal ``gamma``, 0 for other losses), ``seed`` and
+    ``logits_epochs`` (a tuple). ``results`` are the rows of the sweep's ``length`` role
+    (``focalcal.lab.results.runs_for(out, "length", setting="first")``): the role, not a loss
+    label, keeps Mukhoti et al.'s runs out, which save logits at chosen epochs too (their Fig. 1)."""
     import pandas as pd
 
     from focalcal.lab.results import training_gamma
-    from focalcal.lab.sweep import LENGTH_LOSSES
 
-    labels = {lo.label for lo in LENGTH_LOSSES}
     rows = []
-    for _, r in results[results["loss_label"].isin(labels)].drop_duplicates("run").iterrows():
+    for _, r in results.drop_duplicates("run").iterrows():
         config = json.loads((Path(out) / "runs" / r["run"] / "config.json").read_text())["config"]
         if not config.get("logits_epochs"):
             continue
