@@ -65,7 +65,7 @@ def test_compare_seeds():
     assert mf.compare_seeds(_values([1, 2], [5, 6]), "x", "A", "B")["separate"]
     assert mf.compare_seeds(_values([3, 4], [1, 2]), "x", "A", "B")["verdict"] == vd.DOES_NOT_HOLD
     assert mf.compare_seeds(_values([1, 4], [2, 3]), "x", "A", "B")["verdict"] == vd.NOT_RESOLVED
-    assert mf.compare_seeds(_values([2, 2], [2, 2]), "x", "A", "B")["verdict"] == vd.DOES_NOT_HOLD  # ties: not lower
+    assert mf.compare_seeds(_values([2, 2], [2, 2]), "x", "A", "B")["verdict"] == vd.NOT_RESOLVED  # ties decide nothing
     assert mf.compare_seeds(_values([1], [2]), "x", "A", "B")["verdict"] == vd.NOT_RESOLVED  # one seed
     assert mf.compare_seeds(_values([1], []), "x", "A", "B")["verdict"] == vd.NOT_RUN
 

@@ -34,7 +34,8 @@ def test_confidence_classes():
     assert pc.confidence_classes([-0.015], [0.01], [0.01], [0])["under"] == 0
     # one seed: no spread, nothing resolved; no network of a kind: not run
     one = pc.confidence_classes([-0.1, -0.2], [0.01, 0.01], [-0.01, -0.02], [0, 0])
-    assert one["under_verdict"] == NR and one["rest_verdict"] == vd.NOT_RUN and one["verdict"] == NR
+    # ... and a claim with a part not run is partly tested, never decided on the other part alone
+    assert one["under_verdict"] == NR and one["rest_verdict"] == vd.NOT_RUN and one["verdict"] == vd.PARTLY_TESTED
     with pytest.raises(ValueError, match="same length"):
         pc.confidence_classes([0.1], [0.1, 0.1], [0.1], [0])
     with pytest.raises(ValueError, match="z must be"):
@@ -80,7 +81,7 @@ def test_settings_roles_best_gammas_and_claims():
     assert pc.best_gammas(tab, large) == {0: 3.0, 1: 3.0}
     c1 = pc.best_gamma_claim(tab, small, large)
     assert c1["verdict"] == H and "seed 0: 0.5" in c1["text"]
-    assert pc.best_gamma_claim(tab, large, large400)["verdict"] == DNH    # 3 -> 3: no growth
+    assert pc.best_gamma_claim(tab, large, large400)["verdict"] == NR     # 3 -> 3: a tie decides nothing
     assert pc.best_gamma_claim(tab, None, large)["verdict"] == "not run in this build"
     # Psi's gain: mean over gamma > 0 of 0.01 * gamma
     assert pc.psi_gain(tab, small) == pytest.approx({0: 0.0075, 1: 0.0075})

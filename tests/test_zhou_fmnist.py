@@ -99,7 +99,8 @@ def test_competitive_without_runs_or_spread():
 
 @pytest.mark.parametrize("target, verdict, lower", [
     ([0.01, 0.02], vd.HOLDS, 2),
-    ([0.04, 0.05], vd.DOES_NOT_HOLD, 0),
+    ([0.045, 0.05], vd.DOES_NOT_HOLD, 0),
+    ([0.04, 0.05], vd.NOT_RESOLVED, 0),                 # the ranges meet at 0.04: a tie decides nothing
     ([0.025, 0.045], vd.NOT_RESOLVED, 1),
 ])
 def test_lower_than_rules(target, verdict, lower):

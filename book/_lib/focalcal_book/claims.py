@@ -1,0 +1,148 @@
+"""The papers' experimental claims, typed once with their quotes and locations, and a page's tally of them.
+
+An experiment page tests claims the papers make about experiments. Each such claim lives here once,
+in :data:`CLAIMS`: the paper (its bibliography key), where it is (section, figure or table), and the
+words the paper uses, verbatim (``tests/test_claims.py`` finds every quote in the plain-text copy of
+its paper in ``shared/papers``). A page keeps a :class:`Tally`: for each claim it tests, the rule
+it applies (Markdown, naming any threshold and whose it is) and the verdict that rule computed
+(:data:`focalcal_book.verdicts.VERDICTS`). :meth:`Tally.glue` glues each verdict word as
+``verdict_<key>`` so that the page's prose states it (``{glue:md}`verdict_<key>```), and
+:meth:`Tally.show` ends the page with the table of every claim, its quote, rule and verdict.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from focalcal_book.verdicts import VERDICTS
+
+__all__ = ["Claim", "CLAIMS", "PAPER_FILES", "Tally", "normalised", "paper_text"]
+
+#: the plain-text copy of each paper in ``shared/papers``
+PAPER_FILES = {
+    "mukhoti2020": "mukhoti-2020-calibrating-with-focal-loss.txt",
+    "charoenphakdee2021": "charoenphakdee-2021-focal-loss-posterior-estimation.txt",
+    "komisarenko2024": "komisarenko-kull-2024-focal-temperature-scaling.txt",
+    "zhou2025": "zhou-2025-reweighted-risk-aurc-focal-inverse-focal.txt",
+    "kimura2024": "focal-loss-curvature-geometric-view.txt",
+}
+#: the papers' short names in the claim tables
+_AUTHORS = {"mukhoti2020": "Mukhoti et al.", "charoenphakdee2021": "Charoenphakdee et al.",
+            "komisarenko2024": "Komisarenko & Kull", "zhou2025": "Zhou et al.",
+            "kimura2024": "Kimura & Naganuma"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One experimental claim of a paper: ``paper`` (bibliography key), ``location`` and the ``quote``."""
+
+    paper: str
+    location: str
+    quote: str
+
+    def __post_init__(self) -> None:
+        if self.paper not in PAPER_FILES:
+            raise ValueError(f"paper must be one of {sorted(PAPER_FILES)}, got {self.paper!r}")
+
+    @property
+    def source(self) -> str:
+        """``"Mukhoti et al., Sec. 5.1"``."""
+        return f"{_AUTHORS[self.paper]}, {self.location}"
+
+
+def _claims(*rows: tuple[str, str, str, str]) -> dict[str, Claim]:
+    out: dict[str, Claim] = {}
+    for key, paper, location, quote in rows:
+        if key in out:
+            raise ValueError(f"claim key {key!r} is typed twice")
+        out[key] = Claim(paper, location, quote)
+    return out
+
+
+_M, _C, _K, _Z, _H = "mukhoti2020", "charoenphakdee2021", "komisarenko2024", "zhou2025", "kimura2024"
+#: every experimental claim a page tests, by key (the key is the page's handle on it)
+CLAIMS: dict[str, Claim] = _claims(
+    # Zhou et al. (2025): their selective-risk loss and the losses they compare it with
+    ("zhou_best_cwece", _Z, "App. E.3",
+     "achieving the best cwECE in the majority of cases"),
+    ("zhou_ts_improves", _Z, "App. E.3",
+     "its calibration performance can be further enhanced with TS on the CIFAR-10/100 datasets"),
+)
+
+
+def normalised(text: str) -> str:
+    """``text`` for quote matching: Markdown emphasis and soft hyphens dropped, typographic quotes
+    and dashes made plain, whitespace collapsed, lower case."""
+    text = text.replace("\u00ad", "").replace("*", "").replace("_", "")
+    text = text.translate(str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"',
+                                         "\u2013": "-", "\u2014": "-"}))
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def paper_text(paper: str, papers_dir: str | Path) -> str:
+    """The normalised plain text of ``paper`` (a key of :data:`PAPER_FILES`) from ``papers_dir``."""
+    if paper not in PAPER_FILES:
+        raise ValueError(f"paper must be one of {sorted(PAPER_FILES)}, got {paper!r}")
+    return normalised((Path(papers_dir) / PAPER_FILES[paper]).read_text(encoding="utf-8"))
+
+
+class Tally:
+    """The claims one page tests: for each, the rule applied and the verdict it computed."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[str, str]] = {}
+
+    def add(self, key: str, verdict: str, rule: str) -> str:
+        """Record claim ``key``'s ``verdict`` under ``rule`` (Markdown); returns the verdict.
+
+        Raises
+        ------
+        ValueError
+            ``key`` is not in :data:`CLAIMS`, is recorded twice, or ``verdict`` is not a verdict.
+        """
+        if key not in CLAIMS:
+            raise ValueError(f"key must be a claim of focalcal_book.claims.CLAIMS, got {key!r}")
+        if key in self._rows:
+            raise ValueError(f"claim {key!r} is recorded twice on this page")
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {list(VERDICTS)}, got {verdict!r}")
+        self._rows[key] = (verdict, rule)
+        return verdict
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Claim key -> verdict, in the order recorded."""
+        return {k: v for k, (v, _) in self._rows.items()}
+
+    def glue(self) -> None:
+        """Glue each verdict, in bold, as ``verdict_<key>`` (for ``{glue:md}`` in the prose)."""
+        from IPython.display import Markdown
+        from myst_nb import glue
+
+        for key, (verdict, _) in self._rows.items():
+            glue(f"verdict_{key}", Markdown(f"**{verdict}**"), display=False)
+
+    def html(self) -> str:
+        """The table: claim (quote and where), rule, verdict."""
+        from focalcal_book.verify import tex_html
+
+        head = "".join(f"<th style='text-align:left;padding:0.3em 0.6em'>{h}</th>"
+                       for h in ("claim (the paper's words)", "rule applied here", "verdict"))
+        rows = []
+        for key, (verdict, rule) in self._rows.items():
+            c = CLAIMS[key]
+            rows.append(f"<tr><td style='padding:0.3em 0.6em'>“{html.escape(c.quote)}” "
+                        f"<em>({html.escape(c.source)})</em></td>"
+                        f"<td style='padding:0.3em 0.6em'>{tex_html(rule)}</td>"
+                        f"<td style='padding:0.3em 0.6em'><strong>{html.escape(verdict)}</strong></td></tr>")
+        return ("<table class='claims' style='border-collapse:collapse;font-size:0.9em'>"
+                f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+    def show(self):
+        """The table as HTML output of the cell."""
+        from IPython.display import HTML
+
+        return HTML(self.html())
