@@ -190,6 +190,35 @@ def test_page_has_no_unparsed_lists(built_book, page):
     assert not bad, f"{page}: list items rendered as a paragraph: {bad}"
 
 
+# A Markdown table that reached the page as text ("| method | seconds | ... | --- |" in a paragraph):
+# a pipe table glued inline or printed instead of displayed; its separator row gives it away
+UNPARSED_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||^\s*\|.*\|.*\|\s*$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_has_no_unparsed_tables(built_book, page):
+    main = _prose(built_book, page, "script, style, pre, code, .cell_input, .math")
+    bad = [p.get_text()[:120] for p in main.find_all(["p", "li"]) if UNPARSED_TABLE.search(p.get_text())]
+    assert not bad, f"{page}: a Markdown table rendered as text: {bad}"
+
+
+def _builder_paths(*paths: Path) -> list[str]:
+    """The absolute folders of this build (the checkout, the runs, the logits, the home folder), as
+    they would appear in a page's text, longest first."""
+    found = {str(p.resolve()) for p in (ROOT, Path.home(), *paths)} | {str(p) for p in (ROOT, *paths)}
+    return sorted((f for f in found if f not in ("/", "")), key=len, reverse=True)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_shows_no_absolute_path_of_the_builder(built_book, smoke_runs, shared_logits_dir, page):
+    # everything a reader sees, outputs included (a printed path lands in a <pre>), but not the code
+    text = _prose(built_book, page, "script, style, .cell_input").get_text(" ")
+    logits = Path(shared_logits_dir)
+    leaked = [f for f in _builder_paths(smoke_runs, logits, logits.parent) if f in text]
+    assert not leaked, (f"{page} prints the builder's absolute path {leaked[0]!r}: print it relative to "
+                        "the project, or the profile's name")
+
+
 # a figure the source creates: plt.subplots / plt.figure, a call of the book's figure helpers
 # (focalcal_book.figures: one figure each), or a focalcal plot_* helper that makes its own
 FIGURE_CALLS = re.compile(r"plt\.(?:subplots|figure)\(|(?<![\w.])figures\.[a-z]\w*\(")

@@ -5,7 +5,8 @@
   that may contain ``$...$`` TeX, numbers formatted per column, booleans as yes/no and no index;
 - :func:`run_setting` says, for prose, what data and network a sweep's run trained on (the
   experiment pages read any profile's runs, so they never name a data set themselves), and
-  :func:`other_settings` which settings of the profile a page leaves out.
+  :func:`other_settings` which settings of the profile a page leaves out, and :func:`runs_label`
+  names the folder without the builder's absolute path.
 
 The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`.
 """
@@ -67,6 +68,22 @@ def other_settings(out: str | Path, role: str, results, shown) -> str:
     return (f"The profile also trained these runs on {', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
             f"{names[-1]}; this page shows the first setting the profile lists "
             f"(`focalcal.lab.results.runs_for(..., setting=(dataset, model))` selects another).")
+
+
+def runs_label(out: str | Path) -> str:
+    """How a page names the sweep folder it read, without the builder's absolute path: the path
+    relative to the working directory when the folder lies below it (``runs/cpu``), else the
+    profile's name from its ``profile.json`` (``the `cpu` profile's folder``), else the folder's name."""
+    out = Path(out).resolve()
+    try:
+        return str(out.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        pass
+    from focalcal.lab.results.runs import PROFILE_FILE, load_profile
+
+    if (out / PROFILE_FILE).is_file():
+        return f"the `{load_profile(out)['profile']}` profile's folder `{out.name}`"
+    return f"the folder `{out.name}`"
 
 
 def glue_values(**values: Any) -> None:
