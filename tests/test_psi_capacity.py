@@ -89,6 +89,26 @@ def test_settings_roles_best_gammas_and_claims():
     t = pc.tsfl_claim(tab, large)
     assert (t["worsens"], t["mitigates"]) == (H, H)
     assert pc.tsfl_claim(tab[tab["gamma"] == 0], large)["worsens"] == "not run in this build"
+    # "always worse": every step between neighbouring gammas, not the two ends
+    bumpy = tab.copy()
+    mid = (bumpy["setting"] == large) & (bumpy["gamma"] == 2.0)
+    bumpy.loc[mid, "ece_tsfl"] = 0.06                     # 0.02 -> 0.06 -> 0.05: the last step falls
+    assert pc.tsfl_claim(bumpy, large)["worsens"] == DNH
+    assert "1 of the 2 steps" in pc.tsfl_claim(bumpy, large)["text"]
+
+
+def test_sec_6_1_claims_psi_improves_most_and_tsfl_degrades():
+    tab, small, large, large400 = _frame()
+    # Psi lowers the ECE by 0.01 * gamma on every seed of every (setting, gamma > 0): 6 of 6 cases
+    most = pc.improves_most(tab)
+    assert (most["verdict"], most["agree"], most["cases"]) == (H, 6, 6)
+    worse = tab.assign(ece_psi=tab["ece_raw"] + 0.01)
+    assert pc.improves_most(worse)["verdict"] == DNH
+    # TS_FL's ECE 0.02 + 0.01 gamma against raw ECEs of 0.02-0.12: above on some cases only
+    d = pc.tsfl_degrades(tab)
+    assert d["cases"] == 6 and d["verdict"] in (DNH, NR)
+    assert pc.tsfl_degrades(tab.assign(ece_tsfl=tab["ece_raw"] + 0.01))["verdict"] == H
+    assert pc.improves_most(tab[tab["loss"] == "label_smoothing"])["verdict"] == "not run in this build"
 
 
 def _write_run(out, name, *, hidden, n_train, loss, loss_params, seed, label=None):

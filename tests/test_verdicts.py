@@ -158,3 +158,12 @@ def test_gate_computes_no_verdict_for_a_network_that_did_not_train():
 
     assert vd.gate(["selective-risk", "CE"], ["selective-risk"], never) == NOT_TRAINED
     assert vd.gate(["FL-3", "CE"], ["selective-risk"], lambda: HOLDS) == HOLDS
+
+
+def test_falling_steps_judge_each_step_alone():
+    levels = [[5.0, 5.2], [4.0, 4.1], [4.05, 4.2], [1.0, 1.1]]
+    assert vd.falling_steps(levels) == [HOLDS, NOT_RESOLVED, HOLDS]
+    assert vd.every_step(vd.falling_steps(levels)) == NOT_RESOLVED        # the ends alone would say "holds"
+    assert vd.falling_steps([[1.0, 1.1], [2.0, 2.1]]) == [DOES_NOT_HOLD]
+    with pytest.raises(ValueError, match="levels"):
+        vd.falling_steps([[1.0]])

@@ -70,7 +70,35 @@ CLAIMS: dict[str, Claim] = _claims(
      "achieving the best cwECE in the majority of cases"),
     ("zhou_ts_improves", _Z, "App. E.3",
      "its calibration performance can be further enhanced with TS on the CIFAR-10/100 datasets"),
+    # Charoenphakdee et al. (2021): psi_capacity
+    ("charoen_best_gamma", _C, "Sec. 6.2",
+     "we can conclude that the best $\\gamma$ increases as the data size decreases or the model becomes "
+     "more complex"),
+    ("charoen_less_effective", _C, "Sec. 6.2",
+     "$\\Psi^\\gamma$ becomes less effective as the dataset size gets smaller"),
+    ("charoen_psi_hurts", _C, "Sec. 6.2",
+     "it worsens the performance for **Standard** in CIFAR10"),
+    ("charoen_psi_most", _C, "Sec. 6.1",
+     "We can see that $\\Psi^\\gamma$ substantially improves ECE for most settings"),
+    ("charoen_tsfl_degrades", _C, "Sec. 6.1",
+     "in **TS<sub>FL</sub>**, if $\\Psi^\\gamma$ is not applied, we can see that ECE-raw degrades "
+     "compared with that of **Standard**"),
+    ("charoen_tsfl_always", _C, "Sec. 6.2, Fig. 6",
+     "a larger $\\gamma$ always leads to worse performance and $\\Psi^\\gamma$ can effectively mitigate "
+     "this problem for every dataset"),
+    # Kimura & Naganuma (2024): curvature_measured
+    ("kimura_lambda_monotone", _H, "Fig. 2",
+     "For all architectures, λmax(Hval) monotonically decreases with increasing γ"),
+    ("kimura_ece_minimum", _H, "Fig. 2",
+     "ECE reaches its minimum for ViT architecture around γ = 10 and for other architectures around γ = 3, 4"),
+    ("kimura_tau_lowers", _H, "Fig. 4",
+     "Higher τ values resulted in lower ECE and smaller Tr(Hval)"),
 )
+
+
+def _plain(quote: str) -> str:
+    """A quote for display: the paper's Markdown emphasis and HTML subscripts dropped (TeX kept)."""
+    return re.sub(r"<sub>(.*?)</sub>", r"_\1", quote.replace("**", ""))
 
 
 def normalised(text: str) -> str:
@@ -134,7 +162,7 @@ class Tally:
         rows = []
         for key, (verdict, rule) in self._rows.items():
             c = CLAIMS[key]
-            rows.append(f"<tr><td style='padding:0.3em 0.6em'>“{html.escape(c.quote)}” "
+            rows.append(f"<tr><td style='padding:0.3em 0.6em'>“{tex_html(_plain(c.quote))}” "
                         f"<em>({html.escape(c.source)})</em></td>"
                         f"<td style='padding:0.3em 0.6em'>{tex_html(rule)}</td>"
                         f"<td style='padding:0.3em 0.6em'><strong>{html.escape(verdict)}</strong></td></tr>")

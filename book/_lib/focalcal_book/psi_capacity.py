@@ -35,12 +35,12 @@ from focalcal.lab.results import apply_calibration, confidence_row, load_run, tr
 from focalcal.lab.results.protocol import fit_on_grid
 from focalcal.metrics import ece
 from focalcal.posthoc import TemperatureScaling
-from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, paired,
-                                    spread_text)
+from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, every_step,
+                                    falling_steps, majority, paired, spread_text)
 
 __all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table",
            "settings", "roles", "best_gammas", "share_verdict", "confidence_classes",
-           "best_gamma_claim", "psi_gain", "less_effective_claim", "tsfl_claim",
+           "best_gamma_claim", "psi_gain", "less_effective_claim", "tsfl_claim", "improves_most", "tsfl_degrades",
            "plot_ece_vs_gamma", "plot_psi_effect"]
 
 #: the training losses of the chapter (``config["loss"]``)
@@ -123,12 +123,19 @@ def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any
             "epochs": int(dict(runs[0].train)["epochs"])}
 
 
+def _gap_se(z: torch.Tensor, y: torch.Tensor) -> float:
+    """Standard error of the confidence gap: confidence minus correctness, averaged over the images."""
+    per_sample = torch.softmax(z, -1).amax(-1) - (z.argmax(-1) == y).double()
+    return float(per_sample.std() / math.sqrt(per_sample.numel()))
+
+
 def psi_table(out: str | Path, runs, results) -> Any:
     """One row per run of ``runs`` (:func:`psi_runs`): the chapter's test-set numbers.
 
     Columns of ``runs`` plus, on the test set (fractions): ``accuracy``, ``confidence`` (mean top
     probability of ``softmax(z)``), ``gap`` = confidence - accuracy (negative: under-confident) and ``gap_se``
-    (its standard error over the test images),
+    (its standard error over the test images), ``gap_val`` and ``gap_val_se`` (the same on the
+    validation images, which predict Psi's effect on the test images without seeing them),
     ``confidence_psi`` and ``gap_psi`` (the same after Psi), ``ece_raw`` and ``ece_psi`` (the
     "uncalibrated" and "Psi" rows of ``results``, 15 equal-width bins), ``t_fl`` (the TS_FL
     temperature: the focal loss with the training ``gamma`` minimised on the validation logits),
@@ -142,9 +149,9 @@ def psi_table(out: str | Path, runs, results) -> Any:
         run = load_run(Path(out) / "runs" / rec["run"])
         z, y = run.test_logits.double(), run.test_labels
         raw = confidence_row(y, z)
-        # standard error of the gap: confidence minus correctness, averaged over the test set
-        per_sample = torch.softmax(z, -1).amax(-1) - (z.argmax(-1) == y).double()
-        gap_se = float(per_sample.std() / math.sqrt(per_sample.numel()))
+        gap_se = _gap_se(z, y)
+        zv, yv = run.val_logits.double(), run.val_labels
+        val = confidence_row(yv, zv)
         psi_lp = apply_calibration(rr.loc["Psi"], z)  # the stored row: Psi with the training gamma
         conf_psi = float(psi_lp.exp().amax(-1).mean())
         g = float(rec["gamma"])
@@ -154,7 +161,9 @@ def psi_table(out: str | Path, runs, results) -> Any:
         ts.set_params(psi=True)  # same temperature, Psi after it (Charoenphakdee's ECE-Psi of TS_FL)
         tsfl_psi = float(ece(logits=ts(z), labels=y, n_bins=15, binning="width"))
         rows.append({**rec, "accuracy": raw["accuracy"], "confidence": raw["confidence"],
-                     "gap": raw["confidence"] - raw["accuracy"], "gap_se": gap_se, "confidence_psi": conf_psi,
+                     "gap": raw["confidence"] - raw["accuracy"], "gap_se": gap_se,
+                     "gap_val": val["confidence"] - val["accuracy"], "gap_val_se": _gap_se(zv, yv),
+                     "confidence_psi": conf_psi,
                      "gap_psi": conf_psi - raw["accuracy"],
                      "ece_raw": float(rr.loc["uncalibrated", "ece_width"]),
                      "ece_psi": float(rr.loc["Psi", "ece_width"]), "t_fl": ts.temperature_,
@@ -432,9 +441,9 @@ def less_effective_claim(table, more: str | None, less: str | None) -> dict[str,
 
 
 def tsfl_claim(table, setting: str) -> dict[str, Any]:
-    """Their Fig. 6 in one ``setting``: under TS_FL a larger ``gamma`` worsens the raw ECE
-    (``worsens``: the largest ``gamma``'s ECE of every seed above ``gamma = 0``'s of every seed,
-    :func:`focalcal_book.verdicts.compare_ranges`), and Psi mitigates it (``mitigates``: TS_FL + Psi
+    """Their Fig. 6 in one ``setting``: under TS_FL a larger ``gamma`` "always" worsens the raw ECE
+    (``worsens``: at every step between neighbouring ``gamma``, every seed's ECE at the larger above
+    every seed's at the smaller, :func:`focalcal_book.verdicts.every_step`), and Psi mitigates it (``mitigates``: TS_FL + Psi
     below TS_FL for every focal run with ``gamma > 0``, :func:`focalcal_book.verdicts.paired`).
     Returns both verdicts and ``text``."""
     t = table[(table["setting"] == setting) & (table["loss"] == "focal")]
@@ -446,7 +455,9 @@ def tsfl_claim(table, setting: str) -> dict[str, Any]:
     gmax = t.loc[t["gamma"] == gammas[-1], "ece_tsfl"].to_numpy()
     pos = t[t["gamma"] > 0]
     diff = (pos["ece_tsfl_psi"] - pos["ece_tsfl"]).to_numpy()
-    worsens, mitigates = compare_ranges(g0, gmax), paired(diff)
+    # "always leads to worse performance": every step between neighbouring gammas rises
+    steps = falling_steps([-t.loc[t["gamma"] == g, "ece_tsfl"].to_numpy() for g in gammas])
+    worsens, mitigates = every_step(steps), paired(diff)
 
     def rng(v: np.ndarray) -> str:
         return f"{spread_text(v, scale=100, mean=False)} %"
@@ -454,7 +465,41 @@ def tsfl_claim(table, setting: str) -> dict[str, Any]:
     change = (f"{100 * diff[0]:+.2f} pp" if diff.size == 1 else
               f"{100 * diff.min():+.2f} to {100 * diff.max():+.2f} pp")
     text = (f"{setting}: TS$_{{FL}}$'s ECE at $\\gamma = 0$ {rng(g0)}, at $\\gamma = {gammas[-1]:g}$ "
-            f"{rng(gmax)} (larger $\\gamma$ worse: **{worsens}**); $\\Psi$ lowers TS$_{{FL}}$'s ECE in "
+            f"{rng(gmax)}; {steps.count(HOLDS)} of the {len(steps)} steps between neighbouring $\\gamma$ "
+            f"rise beyond the seed spread (larger $\\gamma$ always worse: **{worsens}**); $\\Psi$ lowers TS$_{{FL}}$'s ECE in "
             f"{int(np.sum(diff < 0))} of {diff.size} runs with $\\gamma > 0$ (change {change}; "
             f"$\\Psi$ mitigates: **{mitigates}**).")
     return {"worsens": worsens, "mitigates": mitigates, "text": text}
+
+
+def _cases(table, column_a: str, column_b: str) -> list[str]:
+    """Per (setting, focal ``gamma > 0``), the paired verdict that ``column_a`` is below ``column_b``."""
+    t = table[(table["loss"] == "focal") & (table["gamma"] > 0)]
+    return [paired((g[column_a] - g[column_b]).to_numpy()) for _, g in t.groupby(["setting", "gamma"], sort=False)]
+
+
+def improves_most(table) -> dict[str, Any]:
+    """Sec. 6.1, "Psi substantially improves ECE for most settings": a case is a setting and a
+    focal ``gamma > 0``; it agrees when Psi lowers the test ECE on every seed
+    (:func:`focalcal_book.verdicts.paired`), and the claim holds when more than half of the cases
+    agree (:func:`focalcal_book.verdicts.majority`). Returns ``verdict``, ``agree``, ``against``
+    and ``cases``; :data:`NOT_RUN` without such runs."""
+    cases = _cases(table, "ece_psi", "ece_raw")
+    if not cases:
+        return {"verdict": NOT_RUN, "agree": 0, "against": 0, "cases": 0}
+    hits = [c == HOLDS for c in cases]
+    decided = [c != NOT_RESOLVED for c in cases]
+    return {"verdict": majority(hits, decided=decided), "agree": sum(hits),
+            "against": cases.count(DOES_NOT_HOLD), "cases": len(cases)}
+
+
+def tsfl_degrades(table) -> dict[str, Any]:
+    """Sec. 6.1, "in TS_FL, if Psi is not applied, ... ECE-raw degrades compared with that of
+    Standard": in every case (setting, focal ``gamma > 0``) TS_FL's test ECE above the raw ECE of
+    the same network on every seed (:func:`focalcal_book.verdicts.paired`, joined by
+    :func:`focalcal_book.verdicts.combine`). Returns ``verdict``, ``agree``, ``against``, ``cases``."""
+    cases = _cases(table, "ece_raw", "ece_tsfl")
+    if not cases:
+        return {"verdict": NOT_RUN, "agree": 0, "against": 0, "cases": 0}
+    return {"verdict": combine(cases), "agree": cases.count(HOLDS), "against": cases.count(DOES_NOT_HOLD),
+            "cases": len(cases)}

@@ -9,7 +9,8 @@ train: :func:`untrained`) or :data:`NOT_RUN` (the build lacks the runs it needs)
 - :func:`paired`: seeds paired by number, one difference per pair, every pair must agree;
 - :func:`compare_ranges`: the seed ranges of two groups must separate;
 - :func:`majority`: "generally", "mostly", "in the majority of cases": more than half of the cases;
-- :func:`every_step`: "monotonically", "always": every step of a trend, each step judged alone;
+- :func:`every_step`: "monotonically", "always": every step of a trend, each step judged alone
+  (:func:`falling_steps` gives the steps of a falling trend);
 - :func:`combine`: one verdict for a claim made of parts, never dropping a part silently;
 - :func:`untrained`: the failed-experiment rule, which no calibration verdict may ignore;
 - :func:`spread_text`: the mean and range over seeds (or the range alone) in prose.
@@ -30,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "PARTLY_TESTED", "NOT_TRAINED", "NOT_RUN", "VERDICTS",
-           "TRAINED_FRACTION", "paired", "compare_ranges", "majority", "every_step", "combine", "untested",
+           "TRAINED_FRACTION", "paired", "compare_ranges", "majority", "every_step", "falling_steps", "combine", "untested",
            "untrained", "gate", "spread_text"]
 
 #: the claim holds on every seed (pair) or the seed ranges separate in its direction
@@ -145,6 +146,22 @@ def every_step(steps: Sequence[str]) -> str:
     if DOES_NOT_HOLD in steps:
         return DOES_NOT_HOLD
     return HOLDS if all(v == HOLDS for v in steps) else NOT_RESOLVED
+
+
+def falling_steps(levels: Sequence[Sequence[float] | np.ndarray]) -> list[str]:
+    """Per step between neighbouring levels of a trend (``levels`` in the order of the
+    parameter, each the values over seeds at that level), the verdict that the value falls:
+    :func:`compare_ranges` of the later level below the earlier one. For :func:`every_step`.
+
+    Raises
+    ------
+    ValueError
+        fewer than two levels, or an empty level.
+    """
+    levels = [_values(v, "levels") for v in levels]
+    if len(levels) < 2:
+        raise ValueError(f"levels must hold at least two levels of the parameter, got {len(levels)}")
+    return [compare_ranges(b, a) for a, b in zip(levels[:-1], levels[1:])]
 
 
 def _checked(verdicts, name: str) -> list[str]:
