@@ -70,16 +70,99 @@ def test_compare_seeds():
     assert mf.compare_seeds(_values([1], []), "x", "A", "B")["verdict"] == vd.NOT_RUN
 
 
-def test_temperature_verdict():
-    assert mf.temperature_verdict([0.9, 1.1], [2.3, 1.5]) == vd.HOLDS
-    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5]) == vd.NOT_RESOLVED  # 1.2 is outside the band
-    assert mf.temperature_verdict([0.9, 1.2], [2.3, 1.5], near=0.2) == vd.HOLDS
-    assert mf.temperature_verdict([0.5, 0.6], [2.3, 2.5]) == vd.DOES_NOT_HOLD
-    assert mf.temperature_verdict([1.0, 1.1], [1.2, 1.3]) == vd.DOES_NOT_HOLD
-    assert mf.temperature_verdict([1.0, 0.5], [2.0, 2.0]) == vd.NOT_RESOLVED
-    assert mf.temperature_verdict([1.0], [2.0]) == vd.NOT_RESOLVED  # one seed
-    assert mf.temperature_verdict([0.8, 0.8], [2.0, 2.0], near=0.1) == vd.DOES_NOT_HOLD
-    assert mf.temperature_verdict([], [2.0]) is None
+def _frame(col="x", **per_loss):
+    """Rows ``loss_label``, ``seed``, ``col`` from ``label=[per-seed values]``."""
+    return pd.DataFrame([{"loss_label": lo, "seed": i, col: v} for lo, vals in per_loss.items()
+                         for i, v in enumerate(vals)])
+
+
+FL1, FL2 = mf.FIG3[1], mf.FIG3[2]
+
+
+def test_near_one_is_a_majority_of_seeds_in_the_papers_band():
+    assert mf.NEAR_ONE == 0.1 and mf.BASELINE_T_LOW == 2.0  # the paper's "0.9 and 1.1" and "2.0 to 2.8"
+    assert mf.near_one_verdict([0.9, 1.1, 1.5]) == vd.HOLDS  # "mostly": 2 of 3
+    assert mf.near_one_verdict([0.9, 1.3, 1.5]) == vd.DOES_NOT_HOLD
+    assert mf.near_one_verdict([0.9, 1.3]) == vd.NOT_RESOLVED  # 1 of 2 is no majority
+    assert mf.near_one_verdict([1.0]) == vd.NOT_RESOLVED and mf.near_one_verdict([]) == vd.NOT_RUN
+    assert mf.near_one_verdict([0.8, 0.8], near=0.2) == vd.HOLDS
+
+
+def test_baseline_temperature_from_the_papers_lower_end():
+    assert mf.at_least_verdict([2.0, 2.3]) == vd.HOLDS
+    assert mf.at_least_verdict([1.6, 1.9]) == vd.DOES_NOT_HOLD  # the book's old 1.5 would have said "holds"
+    assert mf.at_least_verdict([1.6, 1.9], bound=1.5) == vd.HOLDS
+    assert mf.at_least_verdict([0.2, 2.1]) == vd.NOT_RESOLVED
+    assert mf.at_least_verdict([2.5]) == vd.NOT_RESOLVED and mf.at_least_verdict([]) == vd.NOT_RUN
+
+
+def test_failed_losses_flag_a_network_near_chance():
+    t = pd.DataFrame({"loss_label": [mf.CE, mf.CE, "MMCE", "MMCE"], "error": [0.1, 0.12, 0.8, 0.85]})
+    assert mf.failed_losses(t, 10) == ["MMCE"]
+    assert mf.failed_losses(t.assign(error=[0.1, 0.12, 0.3, 0.3]), 10) == []
+
+
+def test_against_ce_gates_a_loss_that_did_not_train():
+    v = _frame(**{mf.CE: [3, 4], FL1: [1, 2], FL2: [5, 6]})
+    verdict, ev = mf.against_ce(v, "x", [FL1, FL2])
+    assert verdict == vd.DOES_NOT_HOLD and list(ev["verdict"]) == [vd.HOLDS, vd.DOES_NOT_HOLD]
+    assert list(ev["agree"]) == ["2 of 2", "0 of 2"] and ev["against"].iloc[0] == "3.000–4.000"
+    # FL2 flagged: its part is not computed, and the claim is only partly tested
+    verdict, ev = mf.against_ce(v, "x", [FL1, FL2], failed=[FL2])
+    assert verdict == vd.PARTLY_TESTED and list(ev["verdict"]) == [vd.HOLDS, vd.NOT_TRAINED]
+    assert mf.against_ce(v, "x", [FL1, FL2], failed=[mf.CE])[0] == vd.NOT_TRAINED
+    assert mf.against_ce(v, "x", [FL1], higher=True)[0] == vd.DOES_NOT_HOLD
+    assert mf.against_ce(v, "x", [mf.FL3])[0] == vd.NOT_RUN
+
+
+def test_every_epoch_needs_every_epoch():
+    h = pd.concat([_frame(**{mf.CE: [1, 1], FL1: [2, 2]}).assign(epoch=1),
+                   _frame(**{mf.CE: [1, 1], FL1: [0, 3]}).assign(epoch=2)])
+    verdict, ev = mf.every_epoch(h, "x", [FL1], higher=True)
+    assert verdict == vd.NOT_RESOLVED and ev["agree"].iloc[0] == "1 of 2 epochs"
+    h.loc[h["epoch"] == 2, "x"] = [1, 1, 2, 3]
+    assert mf.every_epoch(h, "x", [FL1], higher=True)[0] == vd.HOLDS
+    assert mf.every_epoch(h, "x", [FL1], higher=True, failed=[FL1])[0] == vd.NOT_TRAINED
+
+
+def test_ordered_steps():
+    v = _frame(**{FL1: [3, 3.1], FL2: [2, 2.1], mf.FL3: [1, 1.1]})
+    verdict, ev = mf.ordered(v, "x", [FL1, FL2, mf.FL3])
+    assert verdict == vd.HOLDS and len(ev) == 2
+    v.loc[v["loss_label"] == mf.FL3, "x"] = [2.5, 2.6]  # gamma 3 worse than gamma 2 on every seed
+    assert mf.ordered(v, "x", [FL1, FL2, mf.FL3])[0] == vd.DOES_NOT_HOLD
+    assert mf.ordered(v, "x", [FL1, FL2, mf.FL3], failed=[FL2])[0] == vd.NOT_TRAINED
+    assert mf.ordered(v[v["loss_label"] != FL1], "x", [FL1, FL2, mf.FL3])[0] == vd.NOT_RUN
+
+
+def test_lowest_cases_is_a_majority_of_cases():
+    brier = mf.TABLE1_COLUMNS[1]
+    rows = {mf.FLSD53: [1, 1.1], mf.CE: [2, 2.1], brier: [3, 3.1]}
+    t = _frame("a", **rows).merge(_frame("b", **rows)).merge(_frame("c", **rows))
+    t = t.merge(_frame("d", **{mf.FLSD53: [2, 2], mf.CE: [1, 1], brier: [3, 3]}))
+    verdict, ev = mf.lowest_cases(t, mf.FLSD53, [mf.CE, brier], ["a", "b", "c", "d"])
+    assert verdict == vd.HOLDS  # 3 of 4 cases
+    assert list(ev["verdict"]) == [vd.HOLDS] * 3 + [vd.DOES_NOT_HOLD] and ev["against"].iloc[3] == mf.CE
+    assert mf.lowest_cases(t, mf.FLSD53, [mf.CE, brier], ["a", "d"])[0] == vd.NOT_RESOLVED  # 1 of 2
+    assert mf.lowest_cases(t, mf.FLSD53, [mf.CE, brier], ["d"])[0] == vd.NOT_RESOLVED
+    # a baseline that did not train is left out: at best partly tested
+    assert mf.lowest_cases(t, mf.FLSD53, [mf.CE, brier], ["a", "b", "c"], failed=[brier])[0] == vd.PARTLY_TESTED
+    assert mf.lowest_cases(t, mf.FLSD53, [mf.CE, brier], ["a"], failed=[mf.FLSD53])[0] == vd.NOT_TRAINED
+    assert mf.lowest_cases(t, mf.FLSD53, ["MMCE"], ["a"])[0] == vd.NOT_RUN
+
+
+def test_rise_and_rise_after_drop():
+    h = pd.DataFrame({"run": ["r0"] * 4 + ["r1"] * 4, "loss_label": mf.CE, "seed": [0] * 4 + [1] * 4,
+                      "epoch": [1, 2, 3, 4] * 2, "lr": [0.1, 0.1, 0.01, 0.01] * 2,
+                      "test_ece": [0.05, 0.02, 0.03, 0.04, 0.05, 0.03, 0.02, 0.035]})
+    r = mf.rise(h, "test_ece")
+    assert r["rise"].tolist() == pytest.approx([0.02, 0.015])
+    verdict, rises, epoch = mf.rise_after_drop(h, mf.CE)
+    assert verdict == vd.HOLDS and epoch == 2 and rises["rise"].tolist() == pytest.approx([0.02, 0.005])
+    h.loc[7, "test_ece"] = 0.01
+    assert mf.rise_after_drop(h, mf.CE)[0] == vd.NOT_RESOLVED
+    assert mf.rise_after_drop(h.assign(lr=0.1), mf.CE)[0] == vd.NOT_RUN  # no drop
+    assert mf.rise_after_drop(h, mf.CE, failed=[mf.CE])[0] == vd.NOT_TRAINED
 
 
 def test_scaled_epochs_and_late_epochs():

@@ -119,12 +119,31 @@ def test_trend_verdicts_follow_the_seed_ranges():
         trend([[1.0], []])
 
 
-def test_trend_sentence_and_seed_ranges():
-    from focalcal_book.selection_surface import seed_ranges, trend, trend_sentence
+def test_trend_majority_for_generally_and_the_failed_experiment_rule():
+    from focalcal_book.selection_surface import trend
+    from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_TRAINED
 
-    text = trend_sentence(trend([[1.0, 1.1], [1.2, 1.3], [0.5, 0.6]]), "T falls")
-    assert text.startswith("T falls: **does not hold**")
-    assert "downwards at 1 and upwards at 1 of the 2 steps" in text and "two ends separate downwards" in text
+    # K&K's Table 1 shape: three of four steps down, one up -> "generally" holds, "every step" fails
+    levels = [[2.0, 2.1], [1.6, 1.7], [1.8, 1.9], [1.2, 1.3], [0.9, 1.0]]
+    assert trend(levels, rule="majority")["verdict"] == HOLDS
+    assert trend(levels, rule="every_step")["verdict"] == DOES_NOT_HOLD
+    assert trend(levels)["step_verdicts"] == [HOLDS, DOES_NOT_HOLD, HOLDS, HOLDS]
+    # two of four down, two overlapping: no majority either way
+    assert trend([[2.0, 2.1], [1.6, 1.7], [1.5, 1.8], [1.2, 1.3], [1.0, 1.5]], rule="majority")["verdict"] == NOT_RESOLVED
+    # three of four up: decided against
+    assert trend([[1.0, 1.1], [1.2, 1.3], [1.4, 1.5], [1.6, 1.7], [1.0, 1.1]], rule="majority")["verdict"] == DOES_NOT_HOLD
+    # a level that did not train: no step is judged
+    gated = trend(levels, rule="majority", labels=list("abcde"), failed=["e"])
+    assert gated["verdict"] == NOT_TRAINED and gated["step_verdicts"] == []
+    with pytest.raises(ValueError, match="rule"):
+        trend(levels, rule="mostly")
+    with pytest.raises(ValueError, match="labels"):
+        trend(levels, labels=["a"])
+
+
+def test_seed_ranges():
+    from focalcal_book.selection_surface import seed_ranges
+
     assert seed_ranges([[0.011, 0.0125], [0.02]], [0.0, 3.0], scale=100) == (
         "1.10–1.25 at $\\gamma_{tr} = 0$, 2.00 at $\\gamma_{tr} = 3$")
     with pytest.raises(ValueError, match="gammas"):

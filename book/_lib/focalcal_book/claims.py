@@ -93,6 +93,41 @@ CLAIMS: dict[str, Claim] = _claims(
      "ECE reaches its minimum for ViT architecture around γ = 10 and for other architectures around γ = 3, 4"),
     ("kimura_tau_lowers", _H, "Fig. 4",
      "Higher τ values resulted in lower ECE and smaller Tr(Hval)"),
+    # pages mukhoti_fmnist and fmnist_focal_ts: Mukhoti et al. (2020) and Komisarenko & Kull (2024)
+    ("mukhoti_flsd53_lowest", _M, "Sec. 5.1",
+     "It broadly produces the lowest ECE and AdaECE values both before and after temperature scaling"),
+    ("mukhoti_nll_overfit", _M, "Sec. 4, Fig. 3a",
+     "the test NLL for the cross-entropy model significantly increases towards the end of training "
+     "(before saturating), whereas the NLLs for the focal loss models remain low"),
+    ("mukhoti_weight_norm", _M, "Sec. 4, Fig. 3e",
+     "as the networks start to become miscalibrated, the weight norm for the cross-entropy model also "
+     "starts to become greater than those for the focal loss models"),
+    ("mukhoti_entropy", _M, "Sec. 4, Fig. 3d",
+     "the entropy of the softmax distribution for misclassified test samples is consistently (if "
+     "marginally) higher for focal loss than for cross-entropy"),
+    ("mukhoti_flsd53_t_near_one", _M, "Sec. 5.1",
+     "the optimal temperatures are very close to 1, mostly lying between 0.9 and 1.1"),
+    ("mukhoti_baseline_t_high", _M, "Sec. 5.1",
+     "the optimal temperatures for the baselines (cross-entropy with hard targets and MMCE) are "
+     "significantly higher, with values lying between 2.0 to 2.8"),
+    ("mukhoti_feature_norm", _M, "App. G, Fig. 10",
+     "cross-entropy has the highest feature norm, followed by focal loss with $\\gamma = 1$"),
+    ("mukhoti_grad_norm", _M, "Sec. 4, Fig. 4",
+     "the gradient norms for focal loss are consistently lower than those for cross-entropy throughout training"),
+    ("mukhoti_nll_correct", _M, "Sec. 4, Fig. 3b",
+     "remain consistently higher than that for the cross-entropy model throughout training"),
+    ("mukhoti_nll_incorrect_rise", _M, "Sec. 4, Fig. 3c",
+     "the rise in this value for the focal loss models is much less severe"),
+    ("mukhoti_gamma_order", _M, "App. E",
+     "We found $\\gamma = 3$ to produce the best ECE among models trained using a fixed $\\gamma$"),
+    ("mukhoti_ece_rises_late", _M, "Sec. 3, Fig. 2",
+     "after epoch 150, the test set ECE rises, indicating that the network is becoming miscalibrated"),
+    ("kk_fts_improves", _K, "Sec. 5.2",
+     "focal temperature scaling could noticeably improve ECE among all baseline models"),
+    ("kk_t_decreases", _K, "Sec. 5.2",
+     "The optimal temperature generally decreases with the growth of the focal training parameter γ_{tr}"),
+    ("kk_gamma_ece", _K, "Sec. 5.2", "Models trained with higher γ_{tr} have generally better ECE"),
+    ("kk_gamma_accuracy", _K, "Sec. 5.2", "have generally better ECE but worse accuracy"),
 )
 
 

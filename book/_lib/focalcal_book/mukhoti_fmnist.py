@@ -9,9 +9,17 @@ verdicts on their qualitative claims:
   9-12 quantities with their temperature protocol
   (:func:`focalcal.lab.results.released.mukhoti_row`) beside K&K's temperatures of ``results.csv``;
 - :func:`prefix_histories`: per-epoch records on one evaluation subset at every epoch;
-- :func:`nll_rise`, :func:`late_mean`, :func:`final_stat`, :func:`compare_seeds`,
-  :func:`temperature_verdict`: the per-seed numbers behind each verdict (the verdicts and the rule
-  that joins them, :func:`focalcal_book.verdicts.combine`, are :mod:`focalcal_book.verdicts`'s);
+- :func:`nll_rise`, :func:`rise`, :func:`late_mean`, :func:`final_stat`: the per-seed numbers
+  behind each verdict;
+- :func:`failed_losses`: the failed-experiment rule (:func:`focalcal_book.verdicts.untrained`) on a
+  :func:`protocol_table`; every claim helper below takes its list as ``failed`` and answers
+  :data:`~focalcal_book.verdicts.NOT_TRAINED` for a part about such a loss, without computing it;
+- :func:`compare_seeds`, :func:`against_ce`, :func:`every_epoch`, :func:`ordered`,
+  :func:`lowest_cases`, :func:`near_one_verdict`, :func:`at_least_verdict`,
+  :func:`rise_after_drop`: the verdicts, each with its evidence as a table (the rules are
+  :mod:`focalcal_book.verdicts`'s: paired seeds, :func:`~focalcal_book.verdicts.majority` for
+  "broadly" and "mostly", :func:`~focalcal_book.verdicts.every_step` for "throughout training",
+  :func:`~focalcal_book.verdicts.combine` over the parts of a claim);
 - :func:`plot_split_curves` (Fig. 2), :func:`plot_band_curves` (Figs. 3, 10),
   :func:`plot_grad_norm_hists` (Fig. 4b-d), :func:`plot_train_reliability` (Fig. 1).
 
@@ -31,13 +39,15 @@ import torch
 
 from focalcal.lab import sweep
 from focalcal.lab.io import torch_load
-from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, compare_ranges, paired
+from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, TRAINED_FRACTION,
+                                    combine, compare_ranges, every_step, majority, paired, spread_text, untrained)
 
-__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "WELL_ABOVE",
+__all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "BASELINE_T_LOW",
            "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary",
-           "range_cells",
-           "prefix_histories", "late_epochs", "nll_rise", "late_mean", "final_stat", "grad_norm_medians", "compare_seeds",
-           "temperature_verdict", "scaled_epochs", "plot_split_curves", "plot_band_curves",
+           "range_cells", "failed_losses",
+           "prefix_histories", "late_epochs", "nll_rise", "rise", "late_mean", "final_stat", "grad_norm_medians",
+           "compare_seeds", "against_ce", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
+           "at_least_verdict", "rise_after_drop", "scaled_epochs", "plot_split_curves", "plot_band_curves",
            "plot_grad_norm_hists", "plot_train_reliability"]
 
 
@@ -63,8 +73,9 @@ LOSSES: tuple[str, ...] = (TABLE1_COLUMNS[:4] + FIG3[1:]
 #: a temperature is "near 1" when |T - 1| <= NEAR_ONE: Mukhoti et al.'s own band for FLSD-53 ("mostly
 #: lying between 0.9 and 1.1", one step of their 0.1 grid either side)
 NEAR_ONE = 0.1
-#: a temperature is "well above 1" from WELL_ABOVE on (the network is softened by half or more)
-WELL_ABOVE = 1.5
+#: Mukhoti et al.'s optimal temperatures of cross-entropy and MMCE lie "between 2.0 to 2.8" (Sec. 5.1):
+#: a temperature is as high as theirs from this lower end on (the paper's threshold)
+BASELINE_T_LOW = 2.0
 #: confidence bins of Mukhoti et al.'s Fig. 1 (training-set reliability diagrams)
 TRAIN_BINS = 25
 
@@ -265,23 +276,193 @@ def compare_seeds(values, column: str, lower: str, higher: str) -> dict[str, Any
             "higher_range": rb, "separate": separate}
 
 
-def temperature_verdict(t_flsd: Sequence[float], t_ce: Sequence[float], *, near: float = NEAR_ONE,
-                        above: float = WELL_ABOVE) -> str | None:
-    """Mukhoti et al.'s "FLSD-53's optimal temperature is near 1, cross-entropy's well above 1".
+def failed_losses(table, n_classes: int, *, fraction: float = TRAINED_FRACTION) -> list[str]:
+    """The losses of ``table`` (:func:`protocol_table`: ``loss_label``, ``error``) whose networks
+    did not train: :func:`focalcal_book.verdicts.untrained` on the mean test accuracy over seeds."""
+    accuracy = (1.0 - table.groupby("loss_label", sort=False)["error"].mean()).to_dict()
+    return untrained(accuracy, n_classes, fraction=fraction)
 
-    :data:`HOLDS` when at least two seeds of each are given, every FLSD-53 seed has
-    ``|T - 1| <= near`` and every cross-entropy seed ``T >= above``; :data:`DOES_NOT_HOLD` when
-    (at least two seeds of each and) every FLSD-53 seed is farther from 1 or every cross-entropy
-    seed is below ``above``; otherwise :data:`NOT_RESOLVED`. ``None`` when either list is empty.
+
+def _range(values, column: str, label: str, digits: int) -> str:
+    v = values.loc[values["loss_label"] == label, column].dropna()
+    return spread_text(v, digits=digits, mean=False) if len(v) else "–"
+
+
+def _evidence(rows: list[dict[str, Any]]):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["part", "values", "against", "agree", "verdict"])
+
+
+def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = False,
+               failed: Sequence[str] = (), digits: int = 3):
+    """Mukhoti et al.'s "focal loss has a lower (``higher=True``: higher) ``column`` than
+    cross-entropy", one part per loss of ``losses``, seeds paired by number (:func:`compare_seeds`).
+
+    A part is :data:`NOT_RUN` when the loss or cross-entropy has no row and :data:`NOT_TRAINED`
+    (not computed) when either is in ``failed``; the parts are joined by
+    :func:`focalcal_book.verdicts.combine`. Returns ``(verdict, evidence)``: ``evidence`` has one
+    row per part, ``part`` (the loss), ``values`` and ``against`` (the seed ranges of the loss and
+    of cross-entropy), ``agree`` (seeds agreeing with the claim, of the pairs) and ``verdict``.
     """
-    f, c = np.asarray(t_flsd, dtype=float), np.asarray(t_ce, dtype=float)
-    if not len(f) or not len(c):
-        return None
-    if np.all(np.abs(f - 1) > near + 1e-9) or np.all(c < above - 1e-9):
-        return DOES_NOT_HOLD if min(len(f), len(c)) >= 2 else NOT_RESOLVED
-    if min(len(f), len(c)) >= 2 and np.all(np.abs(f - 1) <= near + 1e-9) and np.all(c >= above - 1e-9):
-        return HOLDS
-    return NOT_RESOLVED
+    present = set(values["loss_label"])
+    rows, parts = [], []
+    for lo in losses:
+        if lo not in present or CE not in present:
+            v, agree = NOT_RUN, "–"
+        elif {lo, CE} & set(failed):
+            v, agree = NOT_TRAINED, "–"
+        else:
+            c = compare_seeds(values, column, CE, lo) if higher else compare_seeds(values, column, lo, CE)
+            v, agree = c["verdict"], f"{c['agree']} of {c['pairs']}"
+        parts.append(v)
+        rows.append({"part": lo, "values": _range(values, column, lo, digits),
+                     "against": _range(values, column, CE, digits), "agree": agree, "verdict": v})
+    return combine(parts) if parts else NOT_RUN, _evidence(rows)
+
+
+def every_epoch(histories, column: str, losses: Sequence[str], *, higher: bool = False,
+                failed: Sequence[str] = ()):
+    """Mukhoti et al.'s "consistently ... throughout training": :func:`against_ce` at every epoch
+    of ``histories``, each epoch judged alone and joined by
+    :func:`focalcal_book.verdicts.every_step` per loss, the losses by
+    :func:`~focalcal_book.verdicts.combine`. Returns ``(verdict, evidence)``; ``agree`` counts the
+    epochs at which the part holds."""
+    present = set(histories["loss_label"])
+    epochs = sorted(histories["epoch"].unique())
+    rows, parts = [], []
+    for lo in losses:
+        if lo not in present or CE not in present:
+            v, agree = NOT_RUN, "–"
+        elif {lo, CE} & set(failed):
+            v, agree = NOT_TRAINED, "–"
+        else:
+            steps = [against_ce(histories[histories["epoch"] == e], column, [lo], higher=higher)[0] for e in epochs]
+            v, agree = every_step(steps), f"{steps.count(HOLDS)} of {len(steps)} epochs"
+        parts.append(v)
+        rows.append({"part": lo, "values": "", "against": "", "agree": agree, "verdict": v})
+    return combine(parts) if parts else NOT_RUN, _evidence(rows)
+
+
+def ordered(values, column: str, losses: Sequence[str], *, failed: Sequence[str] = (), digits: int = 3):
+    """The claim that ``column`` falls at every step along ``losses`` (e.g. focal loss with gamma 1,
+    2, 3: "gamma = 3 outperforms gamma = 2, which in turn outperforms gamma = 1"): each step by
+    paired seeds (:func:`compare_seeds`), joined by :func:`focalcal_book.verdicts.every_step`.
+    :data:`NOT_TRAINED` when a loss is in ``failed``, :data:`NOT_RUN` when one has no row."""
+    present = set(values["loss_label"])
+    if set(losses) & set(failed):
+        return NOT_TRAINED, _evidence([])
+    if not set(losses) <= present:
+        return NOT_RUN, _evidence([])
+    rows = []
+    for a, b in zip(losses, losses[1:]):
+        c = compare_seeds(values, column, b, a)
+        rows.append({"part": f"{b} below {a}", "values": _range(values, column, b, digits),
+                     "against": _range(values, column, a, digits), "agree": f"{c['agree']} of {c['pairs']}",
+                     "verdict": c["verdict"]})
+    return every_step([r["verdict"] for r in rows]), _evidence(rows)
+
+
+def lowest_cases(table, best: str, others: Sequence[str], columns: Sequence[str], *,
+                 failed: Sequence[str] = (), digits: int = 4):
+    """Mukhoti et al.'s "``best`` broadly produces the lowest" of ``columns`` (e.g. ECE and AdaECE
+    before and after temperature scaling), a majority rule over the cases ``columns``.
+
+    In each case ``best`` is the lowest when it is lower than every other trained loss of
+    ``others`` on every seed (:func:`compare_seeds`), and decidedly not when some other loss is
+    lower on every seed; otherwise the case is undecided. The verdict is
+    :func:`focalcal_book.verdicts.majority` over the cases (undecided cases count against
+    "holds"). :data:`NOT_TRAINED` when ``best`` is in ``failed``; a loss of ``others`` that did not
+    train or was not run is left out of the comparison and makes the claim at most
+    :data:`~focalcal_book.verdicts.PARTLY_TESTED` (:func:`~focalcal_book.verdicts.combine`).
+    Returns ``(verdict, evidence)``: per case, ``values`` (``best``'s seed range), ``against`` the
+    losses it is not lower than on every seed, ``agree`` the losses it is below on every seed.
+    """
+    present = set(table["loss_label"])
+    if best in failed:
+        return NOT_TRAINED, _evidence([])
+    compared = [lo for lo in others if lo != best and lo in present and lo not in failed]
+    if best not in present or not compared:
+        return NOT_RUN, _evidence([])
+    rows, hits, decided = [], [], []
+    for col in columns:
+        c = {lo: compare_seeds(table, col, best, lo)["verdict"] for lo in compared}
+        below = [lo for lo, v in c.items() if v == HOLDS]
+        beaten = [lo for lo, v in c.items() if v == DOES_NOT_HOLD]
+        hits.append(len(below) == len(compared))
+        decided.append(hits[-1] or bool(beaten))
+        rows.append({"part": col, "values": _range(table, col, best, digits),
+                     "against": ", ".join(lo for lo in compared if lo not in below) or "–",
+                     "agree": f"{len(below)} of {len(compared)}",
+                     "verdict": HOLDS if hits[-1] else DOES_NOT_HOLD if beaten else NOT_RESOLVED})
+    verdict = majority(hits, decided=decided) if len(columns) else NOT_RUN
+    left_out = [NOT_TRAINED if lo in failed else NOT_RUN for lo in others if lo != best and lo not in compared]
+    return combine([verdict, *left_out]), _evidence(rows)
+
+
+def near_one_verdict(temperatures: Sequence[float], *, near: float = NEAR_ONE) -> str:
+    """Mukhoti et al.'s optimal temperatures "mostly lying between 0.9 and 1.1": more than half of
+    the seeds have ``|T - 1| <= near`` (:func:`focalcal_book.verdicts.majority`; ``near`` is
+    :data:`NEAR_ONE`, the paper's band); :data:`NOT_RUN` without a temperature."""
+    t = np.asarray(temperatures, dtype=float).ravel()
+    if not t.size:
+        return NOT_RUN
+    return majority(np.abs(t - 1.0) <= near + 1e-9)
+
+
+def at_least_verdict(temperatures: Sequence[float], *, bound: float = BASELINE_T_LOW) -> str:
+    """Mukhoti et al.'s baseline temperatures "between 2.0 to 2.8", from below: :data:`HOLDS` when
+    every seed (at least two) has ``T >= bound`` (:data:`BASELINE_T_LOW`, the paper's lower end),
+    :data:`DOES_NOT_HOLD` when every seed (at least two) is below it, :data:`NOT_RESOLVED`
+    otherwise; :data:`NOT_RUN` without a temperature."""
+    t = np.asarray(temperatures, dtype=float).ravel()
+    if not t.size:
+        return NOT_RUN
+    if t.size < 2:
+        return NOT_RESOLVED
+    above = t >= bound - 1e-9
+    return HOLDS if above.all() else DOES_NOT_HOLD if not above.any() else NOT_RESOLVED
+
+
+def rise(histories, column: str):
+    """Per run: the rise of ``column`` from its least value over the epochs to the last epoch
+    (Mukhoti et al.'s Fig. 3c for ``test_nll_incorrect``); columns ``loss_label``, ``seed``,
+    ``rise``."""
+    import pandas as pd
+
+    rows = []
+    for _, h in histories.groupby("run", sort=False):
+        v = h.sort_values("epoch")[column].to_numpy(dtype=float)
+        rows.append({"loss_label": h["loss_label"].iloc[0], "seed": int(h["seed"].iloc[0]),
+                     "rise": float(v[-1] - np.nanmin(v))})
+    return pd.DataFrame(rows, columns=["loss_label", "seed", "rise"])
+
+
+def rise_after_drop(histories, label: str, column: str = "test_ece", *, failed: Sequence[str] = ()):
+    """Mukhoti et al.'s "after epoch 150, the test set ECE rises" (their first learning-rate drop)
+    for the runs of ``label``: per run, ``column`` at the last epoch minus at the last epoch before
+    the first drop of the learning rate; :func:`focalcal_book.verdicts.paired` over seeds (holds
+    when it rises on every seed). Returns ``(verdict, rises, epoch)``: the per-seed rises
+    (DataFrame ``loss_label``, ``seed``, ``rise``) and the epoch before the drop (``None`` when the
+    rate never drops: then :data:`NOT_RUN`)."""
+    import pandas as pd
+
+    if label in failed:
+        return NOT_TRAINED, pd.DataFrame(columns=["loss_label", "seed", "rise"]), None
+    rows, epoch = [], None
+    for _, h in histories[histories["loss_label"] == label].groupby("run", sort=False):
+        h = h.sort_values("epoch")
+        lr = h["lr"].to_numpy(dtype=float)
+        drops = np.flatnonzero(lr[1:] < lr[:-1] * (1 - 1e-6))
+        if not drops.size:
+            continue
+        epoch = int(h["epoch"].iloc[drops[0]])
+        v = h[column].to_numpy(dtype=float)
+        rows.append({"loss_label": label, "seed": int(h["seed"].iloc[0]), "rise": float(v[-1] - v[drops[0]])})
+    rises = pd.DataFrame(rows, columns=["loss_label", "seed", "rise"])
+    if rises.empty:
+        return NOT_RUN, rises, None
+    return paired(-rises["rise"].to_numpy()), rises, epoch
 
 
 def scaled_epochs(epochs: int, paper: Sequence[int] = (10, 100, 200), paper_epochs: int = 350) -> list[int]:

@@ -12,8 +12,10 @@ module only runs them on the same grid, keeps what a figure needs, and draws it.
 
 Conventions: scores are the library's (ECE as a fraction, NLL in nats), smaller is better; a pair
 is ``(gamma_ev, T, score)``. Verdicts are decided from per-seed values by the rules of
-:mod:`focalcal_book.verdicts`: a claim **holds** only where the seed ranges (or every seed) agree
-with it, and is **not resolved at this scale** where they overlap or a loss has fewer than two seeds.
+:mod:`focalcal_book.verdicts`: a step of a trend **holds** only where the seed ranges separate in
+its direction, and is **not resolved at this scale** where they overlap or a loss has fewer than
+two seeds; K&K's "generally" trends are a majority of steps
+(:func:`focalcal_book.verdicts.majority`), never every step.
 """
 
 from __future__ import annotations
@@ -27,16 +29,23 @@ import numpy as np
 
 from focalcal.lab.results.protocol import fit_on_grid, temperature_grid
 from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling, focal_ts_scores
-from focalcal_book.verdicts import HOLDS, NOT_RUN, combine, compare_ranges, paired, spread_text
+from focalcal_book.verdicts import (HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, compare_ranges,
+                                    every_step, majority, paired, spread_text)
 
-__all__ = ["trend", "trend_sentence", "seed_ranges",
+__all__ = ["trend", "TREND_RULES", "seed_ranges",
            "paired_lower", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_TEXT",
            "CRITERION_LABELS", "SelectionSurface", "selection_surface", "search_sentence", "line_tex",
            "plot_selection_surfaces", "best_t_curves", "plot_best_t_curves"]
 
 
 
-def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict[str, Any]:
+#: how :func:`trend` joins its steps: "majority" for a claim worded "generally" (more than half of
+#: the steps), "every_step" for one worded "monotonically" or "always"
+TREND_RULES = ("majority", "every_step")
+
+
+def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True, rule: str = "every_step",
+          labels: Sequence[str] | None = None, failed: Sequence[str] = ()) -> dict[str, Any]:
     """Whether a quantity moves one way along an ordered family (e.g. focal losses by ``gamma_tr``).
 
     Parameters
@@ -45,27 +54,39 @@ def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict
         Per level of the family, in order, the per-seed values.
     decreasing : bool
         The claimed direction.
+    rule : {"every_step", "majority"}
+        How the steps are joined (:data:`TREND_RULES`): :func:`focalcal_book.verdicts.every_step`
+        ("monotonically": every step must hold) or :func:`focalcal_book.verdicts.majority`
+        ("generally": more than half of the steps hold; a step whose ranges overlap is undecided and
+        counts against "holds").
+    labels, failed : sequences of str
+        The levels' names and those that did not train (:func:`focalcal_book.verdicts.untrained`):
+        with a level in ``failed`` the verdict is :data:`NOT_TRAINED` and no step is judged.
 
     Returns
     -------
     dict
-        ``verdict``: per step from one level to the next, the verdict of
-        :func:`focalcal_book.verdicts.compare_ranges` on the claimed direction, joined by
-        :func:`focalcal_book.verdicts.combine`: **holds** when the seed ranges separate in the claimed
-        direction at every step, **does not hold** when they separate the other way (or meet) at some
-        step, **not resolved at this scale** otherwise or at a step with a level of fewer than two
-        seeds; :data:`NOT_RUN` with fewer than two levels. ``steps``: per step ``"down"``, ``"up"`` or
-        ``"overlap"`` (how the two ranges lie, whatever the number of seeds). ``ends``: the same for
-        the first against the last level. ``means``: the mean per level.
+        ``verdict``: the steps joined by ``rule``, each step being the verdict of
+        :func:`focalcal_book.verdicts.compare_ranges` on the claimed direction (**not resolved at
+        this scale** at a step with a level of fewer than two seeds); :data:`NOT_RUN` with fewer
+        than two levels. ``step_verdicts``: those per-step verdicts. ``steps``: per step
+        ``"down"``, ``"up"`` or ``"overlap"`` (how the two ranges lie, whatever the number of
+        seeds). ``ends``: the same for the first against the last level. ``means``: the mean per
+        level.
 
     Raises
     ------
     ValueError
-        A level of ``values`` is empty.
+        A level of ``values`` is empty, ``rule`` is not in :data:`TREND_RULES`, or ``labels`` has
+        another length than ``values``.
     """
     levels = [np.asarray(v, dtype=float).ravel() for v in values]
     if any(v.size == 0 for v in levels):
         raise ValueError("values must hold at least one value per level")
+    if rule not in TREND_RULES:
+        raise ValueError(f"rule must be one of {TREND_RULES}, got {rule!r}")
+    if labels is not None and len(labels) != len(levels):
+        raise ValueError(f"labels must name every level ({len(levels)}), got {len(labels)}")
 
     def step(a: np.ndarray, b: np.ndarray) -> str:
         """How level ``b`` lies against the earlier level ``a`` (strictly apart: down / up)."""
@@ -73,23 +94,18 @@ def trend(values: Sequence[Sequence[float]], *, decreasing: bool = True) -> dict
                 else "up" if compare_ranges(a, b, min_seeds=1) == HOLDS else "overlap")
 
     pairs = list(zip(levels, levels[1:]))
-    out: dict[str, Any] = {"verdict": NOT_RUN, "steps": [step(a, b) for a, b in pairs],
+    out: dict[str, Any] = {"verdict": NOT_RUN, "steps": [step(a, b) for a, b in pairs], "step_verdicts": [],
                            "ends": step(levels[0], levels[-1]) if len(levels) > 1 else "overlap",
                            "means": [float(v.mean()) for v in levels]}
+    if labels is not None and set(labels) & set(failed):
+        out["verdict"] = NOT_TRAINED
+        return out
     if pairs:
-        out["verdict"] = combine([compare_ranges(b, a) if decreasing else compare_ranges(a, b) for a, b in pairs])
+        steps = [compare_ranges(b, a) if decreasing else compare_ranges(a, b) for a, b in pairs]
+        out["step_verdicts"] = steps
+        out["verdict"] = (every_step(steps) if rule == "every_step" else
+                          majority([v == HOLDS for v in steps], decided=[v != NOT_RESOLVED for v in steps]))
     return out
-
-
-def trend_sentence(verdict: dict[str, Any], claim: str) -> str:
-    """``claim: **verdict** (...)`` for a :func:`trend` result of a decreasing claim along gamma_tr
-    (Markdown with TeX): at how many steps the seed ranges separate each way, and the two ends."""
-    ends = {"down": "separate downwards", "up": "separate upwards", "overlap": "overlap"}[verdict["ends"]]
-    n_down, n_up = verdict["steps"].count("down"), verdict["steps"].count("up")
-    against = f" and upwards at {n_up}" if n_up else ""
-    return (f"{claim}: **{verdict['verdict']}** (the ranges separate downwards at {n_down}{against} of the "
-            f"{len(verdict['steps'])} steps in $\\gamma_{{tr}}$; between cross-entropy and the largest "
-            f"$\\gamma_{{tr}}$ the seed ranges of the two ends {ends})")
 
 
 def seed_ranges(values: Sequence[Sequence[float]], gammas: Sequence[float], *, scale: float = 1.0,
