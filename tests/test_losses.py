@@ -617,6 +617,237 @@ def test_selective_weights_gradient_flows_below_tau_only():
 
 
 # --------------------------------------------------------------------------------------------
+# the selective-risk loss's variants: as printed, as released, with detached weights
+# --------------------------------------------------------------------------------------------
+
+def paper_selective_reference(x, t, *, coverage=None, threshold=None, nu, n_bins, detached=False):
+    """Eqs. 13-17 written per sample in float64, with the gradient of eq. 27: tau, the counts and
+    G(tau) are constants; a sample at or above tau gets the constant weight."""
+    logp = torch.log_softmax(x, 1)
+    ce = -logp[torch.arange(len(t)), t]
+    g = logp.exp().max(1).values
+    n = len(g)
+    gd = [float(v) for v in g.detach()]
+    tau = sorted(gd)[math.ceil(coverage * n) - 1] if threshold is None else threshold
+    counts = [0.0] * n_bins
+    for v in gd:
+        counts[min(int(v * n_bins), n_bins - 1)] += 1
+
+    def G(s):
+        val = sum(counts[k] * torch.sigmoid((s - (k + 0.5) / n_bins) / nu) for k in range(n_bins)) / n
+        return val.clamp(1 / (n + 1), n / (n + 1))
+    beta = []
+    for i in range(n):
+        if gd[i] >= tau:
+            beta.append(-torch.log(1 - G(torch.tensor(tau, dtype=x.dtype))))
+        else:
+            beta.append(-torch.log(1 - G(g[i])))
+    beta = torch.stack(beta)
+    return ((beta.detach() if detached else beta) * ce).mean()
+
+
+def released_selective_reference(batches, *, coverage, nu, n_bins, score="msp"):
+    """What the released SelectiveAULoss computes, written again from its description: scores of
+    the clamped softmax passed through a second softmax, a histogram with bucketize on
+    linspace(0, 1, n_bins + 1) accumulated over the batches, tau = torch.quantile (with gradient),
+    G clamped to [1/(N+1), N/(N+1)], alpha = where(g >= tau, -log(1 - G(tau)), -log(1 - G(g))).
+    Returns the mean loss of every batch in turn."""
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
+    centres = (edges[:-1] + edges[1:]) / 2
+    counts, total, out = torch.zeros(n_bins, dtype=torch.float64), 0, []
+    for x, t in batches:
+        n, k = x.shape
+        p = torch.softmax(x, 1).clamp(1e-9, 1 - 1e-9)
+        q = torch.softmax(p, 1)
+        if score == "msp":
+            g = q.max(1).values
+        elif score == "margin":
+            top = q.topk(2, 1).values
+            g = top[:, 0] - top[:, 1]
+        else:
+            neg_h = (p * torch.log(p)).sum(1)
+            g = ((neg_h - math.log(k)) / (0 - math.log(k))).clamp(0, 1)
+        idx = (torch.bucketize(g.detach(), edges, right=True) - 1).clamp(0, n_bins - 1)
+        counts = counts + torch.bincount(idx, minlength=n_bins).double()
+        total += n
+
+        def G(s):
+            val = (torch.sigmoid((s.reshape(-1, 1) - centres) / nu) * counts).sum(1) / total
+            return val.clamp(1 / (n + 1), n / (n + 1))
+        tau = torch.quantile(g, coverage)
+        alpha = torch.where(g >= tau, -torch.log(1 - G(tau)), -torch.log(1 - G(g)))
+        out.append((F.cross_entropy(x, t, reduction="none") * alpha).mean())
+    return out
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_selective_paper_variant_matches_eqs_13_17_and_27(detached):
+    variant = "detached" if detached else "paper"
+    x, t = rand_batch(30, 5, seed=201, scale=1.5)
+    for kw in ({"coverage": 0.6, "nu": 0.1, "n_bins": 16}, {"threshold": 0.5, "nu": 0.05, "n_bins": 8}):
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got = L.selective_risk_loss(xa, t, variant=variant, **kw)
+        want = paper_selective_reference(xb, t, detached=detached, **kw)
+        assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-12)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-10, atol=1e-12)
+    # finite differences (a fixed tau: eq. 27 differentiates with tau held constant); the detached
+    # variant's gradient is by design not its value's (the reference above checks it)
+    xx = x[:12].clone().requires_grad_()
+    f = lambda a: L.selective_risk_loss(a, t[:12], threshold=0.5, nu=0.05, n_bins=8, variant=variant)  # noqa: E731
+    if not detached:
+        assert torch.autograd.gradcheck(f, (xx,), eps=1e-6, atol=1e-8)
+    else:  # the weight part is missing: the detached gradient differs from the paper's
+        f(xx).backward()
+        g = xx.grad.clone()
+        xx.grad = None
+        L.selective_risk_loss(xx, t[:12], threshold=0.5, nu=0.05, n_bins=8).backward()
+        assert float((g - xx.grad).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("score", ["msp", "margin", "neg_entropy"])
+def test_selective_released_variant_matches_the_released_computation(score):
+    (x1, t1), (x2, t2) = rand_batch(24, 10, seed=211, scale=2.0), rand_batch(24, 10, seed=213, scale=0.5)
+    kw = {"coverage": 0.7, "nu": 0.05, "n_bins": 64}
+    # the function: the batch alone
+    xa, xb = x2.clone().requires_grad_(), x2.clone().requires_grad_()
+    got = L.selective_risk_loss(xa, t2, score=score, variant="released", **kw)
+    (want,) = released_selective_reference([(xb, t2)], score=score, **kw)
+    assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-9)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-8, atol=1e-11)
+    # the module: the histogram of both batches, the released default nu = 0.05
+    m = L.SelectiveRiskLoss(score=score, coverage=0.7, variant="released")
+    assert m.nu == 0.05 and L.make_loss("selective_risk", variant="released").nu == 0.05
+    want = released_selective_reference([(x1, t1), (x2, t2)], score=score, **kw)
+    got = [m(x1, t1), m(x2, t2)]
+    assert [float(v) for v in got] == pytest.approx([float(v.detach()) for v in want], rel=1e-9)
+    assert float(got[1]) != pytest.approx(float(L.selective_risk_loss(x2, t2, score=score, variant="released", **kw)),
+                                          rel=1e-6) or score == "neg_entropy"
+    # set_epoch clears it: the next call is the function's (the batch alone)
+    m.set_epoch(1)
+    assert float(m(x2, t2)) == pytest.approx(float(L.selective_risk_loss(x2, t2, score=score, variant="released",
+                                                                         **kw)), rel=1e-12)
+
+
+def test_selective_released_gradient_by_finite_differences():
+    (x1, t1), (x2, t2) = rand_batch(12, 4, seed=223, scale=1.5), rand_batch(12, 4, seed=227, scale=1.5)
+
+    def accumulated(a):  # a fresh module per call: the first batch's histogram, then a's
+        m = L.SelectiveRiskLoss(coverage=0.7, nu=0.1, n_bins=8, variant="released")
+        m(x1, t1)
+        return m(a, t2)
+    for f in (lambda a: L.selective_risk_loss(a, t2, coverage=0.7, nu=0.1, n_bins=8, variant="released"),
+              accumulated,
+              lambda a: L.selective_risk_loss(a, t2, score="margin", coverage=0.7, nu=0.1, n_bins=8,
+                                              variant="released")):
+        assert torch.autograd.gradcheck(f, (x2.clone().requires_grad_(),), eps=1e-6, atol=1e-8)
+
+
+def test_selective_released_scores_and_neg_entropy():
+    # MSP on softmax(softmax(z)) lies in [1/K, e/(e+K-1)]: a confident and a uniform row at its ends,
+    # seen through the weights: threshold 0 puts every sample at or above tau (the constant weight)
+    k = 10
+    x = torch.zeros(2, k, dtype=torch.float64)
+    x[0, 0] = 1e4
+    t = torch.tensor([0, 3])
+    p = torch.softmax(x, 1).clamp(1e-9, 1 - 1e-9)
+    msp = torch.softmax(p, 1).max(1).values
+    assert msp.tolist() == pytest.approx([math.e / (math.e + k - 1), 1 / k], rel=1e-8)
+    # normalised negative entropy is 1 for every sample: the loss is -ln(1 - G(1)) times the CE
+    x, t = rand_batch(40, k, seed=229, scale=3.0)
+    xx = x.clone().requires_grad_()
+    out = L.selective_risk_loss(xx, t, score="neg_entropy", variant="released", reduction="none")
+    ce = F.cross_entropy(x, t, reduction="none")
+    g1 = float(sum(torch.sigmoid(torch.tensor((1 - (j + 0.5) / 64) / 0.05)) for j in [63]))  # all in the last bin
+    torch.testing.assert_close(out, -math.log(1 - g1) * ce)
+    out.sum().backward()
+    xc = x.clone().requires_grad_()
+    (-math.log(1 - g1) * F.cross_entropy(xc, t, reduction="sum")).backward()
+    torch.testing.assert_close(xx.grad, xc.grad)
+
+
+def test_selective_weight_gradient_rewards_lowering_a_low_confidence():
+    """The mechanism: below tau, d(beta_i CE_i)/dg_i = CE_i G'(g_i) / (1 - G(g_i)) > 0, so
+    lowering a low-confidence sample's confidence lowers the loss; at or above tau it is 0."""
+    n, nu, n_bins = 40, 0.05, 16
+    s = (0.3 + 0.6 * torch.rand(n, generator=gen(233), dtype=torch.float64)).requires_grad_()
+    ce = 0.1 + torch.rand(n, generator=gen(239), dtype=torch.float64)
+    (L.selective_risk_weights(s, coverage=0.5, nu=nu, n_bins=n_bins) * ce).sum().backward()
+    sd = s.detach()
+    tau = float(torch.kthvalue(sd, 20).values)
+    counts = np.bincount(np.minimum((sd.numpy() * n_bins).astype(int), n_bins - 1), minlength=n_bins)
+    c = (np.arange(n_bins) + 0.5) / n_bins
+    sig = 1 / (1 + np.exp(-(sd.numpy()[:, None] - c) / nu))
+    G = (sig * counts).sum(1) / n
+    dG = (sig * (1 - sig) / nu * counts).sum(1) / n
+    below = sd.numpy() < tau
+    assert below.sum() == 19 and ((G > 1 / (n + 1)) & (G < n / (n + 1)))[below].all()
+    expected = ce.numpy() * dG / (1 - G)
+    np.testing.assert_allclose(s.grad.numpy()[below], expected[below], rtol=1e-10)
+    assert (s.grad.numpy()[below] > 0).all()
+    assert (s.grad.numpy()[~below] == 0).all()
+
+
+def test_selective_sample_exactly_at_tau_gets_no_weight_gradient():
+    # the coverage rule puts the k-th smallest score exactly at tau; torch.minimum gave it half
+    s = torch.tensor([0.45, 0.48, 0.5, 0.6, 0.8], dtype=torch.float64, requires_grad=True)
+    L.selective_risk_weights(s, coverage=0.6, nu=0.05, n_bins=8).sum().backward()
+    assert s.grad[2] == 0 and bool((s.grad[:2] > 0).all()) and bool((s.grad[3:] == 0).all())
+    s.grad = None
+    L.selective_risk_weights(s, threshold=0.5, nu=0.05, n_bins=8).sum().backward()
+    assert s.grad[2] == 0 and bool((s.grad[:2] > 0).all())
+
+
+def test_selective_released_histogram_is_cleared_by_the_trainer_hook():
+    from focalcal.lab.train import LossHooks
+
+    (x1, t1), (x2, t2) = rand_batch(20, 5, seed=241), rand_batch(20, 5, seed=243, scale=0.3)
+    m = L.make_loss("selective_risk", variant="released", coverage=0.5)
+    hooks = LossHooks.of(m)
+    assert hooks.on_epoch_start is not None
+    hooks.on_epoch_start(0)
+    m(x1, t1)
+    hooks.on_epoch_start(1)
+    assert float(m(x2, t2)) == float(L.selective_risk_loss(x2, t2, variant="released", coverage=0.5))
+    assert "conditional" not in m.state_dict() and not m.state_dict()  # nothing to checkpoint
+
+
+@pytest.mark.parametrize("variant", ["paper", "released", "detached"])
+def test_selective_variants_low_precision_and_saturated_logits(variant):
+    x, t = rand_batch(64, 10, seed=251)
+    ref = float(L.selective_risk_loss(x, t, variant=variant))
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        xx = x.to(dtype).requires_grad_()
+        out = L.selective_risk_loss(xx, t, variant=variant)
+        assert float(out) == pytest.approx(ref, rel=1e-5 if dtype == torch.float32 else 0.05)
+        out.backward()
+        assert xx.grad.dtype == dtype and bool(torch.isfinite(xx.grad.float()).all())
+    big = (torch.randn(64, 10, generator=gen(257)) * 1e4).requires_grad_()
+    for score in L.SCORES:
+        out = L.selective_risk_loss(big, t, score=score, variant=variant)
+        out.backward()
+        assert bool(torch.isfinite(out)) and bool(torch.isfinite(big.grad).all())
+    assert float(L.selective_risk_loss(x.tolist(), t.tolist(), variant=variant)) == pytest.approx(ref, rel=1e-6)
+
+
+def test_selective_variant_bad_parameters():
+    x, t = rand_batch(6, 3)
+    with pytest.raises(ValueError, match="variant"):
+        L.selective_risk_loss(x, t, variant="code")
+    with pytest.raises(ValueError, match="variant"):
+        L.SelectiveRiskLoss(variant="authors")
+    with pytest.raises(ValueError, match="conditional"):
+        L.selective_risk_loss(x, t, variant="released", conditional=True)
+    with pytest.raises(ValueError, match="nu"):
+        L.selective_risk_loss(x, t, variant="released", nu=0.0)
+    with pytest.raises(ValueError, match="epoch"):
+        L.SelectiveRiskLoss(variant="released").set_epoch(-1)
+
+
+# --------------------------------------------------------------------------------------------
 # gradients: gradcheck in float64
 # --------------------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ def test_paper_profile_is_the_full_grid():
              and dict(r.train)["epochs"] == 350]
     assert {r.model for r in cifar} == {"resnet50", "resnet110", "wide_resnet26_10", "densenet121"}
     assert {r.seed for r in cifar} == {0, 1, 2, 3, 4}
-    assert {r.loss.display for r in cifar} == {lo.display for lo in sweep.FMNIST_LOSSES}
+    assert {r.loss.display for r in cifar} == {lo.display for lo in sweep.FMNIST_LOSSES + sweep.SELECTIVE_VARIANT_LOSSES}
     assert any(r.dataset == "tiny_imagenet" for r in runs)
 
 

@@ -39,6 +39,7 @@ def test_losses_are_zhou_table1_from_the_sweep_constants():
 def test_loss_parameters_defaults_and_overrides():
     p = zf.loss_parameters("selective_risk")
     assert p["score"] == "msp" and p["coverage"] == 0.9 and p["nu"] == 0.1 and p["n_bins"] == 64
+    assert p["variant"] == "paper" and zf.loss_parameters("selective_risk", {"variant": "released"})["nu"] == 0.05
     assert "reduction" not in p and "ignore_index" not in p
     assert zf.loss_parameters("dual_focal", {"gamma": 3.0})["gamma"] == 3.0
     assert zf.loss_parameters("ce") == {}
@@ -233,3 +234,53 @@ def test_fig3_agreement():
     assert set(zf.FIG3_READING) <= set(zf.LABELS)
     with pytest.raises(ValueError, match="reading"):
         zf.fig3_agreement(direction, {"AURC": "sideways"})
+
+
+# --------------------------------------------------------------------------------------------
+# the mechanism: the logit gradient split into its CE part and its weight part
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["paper", "released", "detached"])
+def test_gradient_decomposition_parts_sum_to_the_gradient(variant):
+    from focalcal.losses import selective_risk_loss
+
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(48, 10, generator=g, dtype=torch.float64) * 0.5
+    y = torch.randint(0, 10, (48,), generator=g)
+    d = zf.gradient_decomposition(z, y, variant=variant, coverage=0.9)
+    zz = z.clone().requires_grad_()
+    selective_risk_loss(zz, y, variant=variant, coverage=0.9).backward()
+    torch.testing.assert_close(d["ce_grad"] + d["weight_grad"], zz.grad, rtol=0, atol=1e-15)
+    # the CE part is the detached-weights loss's gradient (same weights for paper and detached)
+    if variant != "released":
+        zd = z.clone().requires_grad_()
+        selective_risk_loss(zd, y, variant="detached", coverage=0.9).backward()
+        torch.testing.assert_close(d["ce_grad"], zd.grad, rtol=1e-12, atol=1e-15)
+    assert d["total_norm"] == pytest.approx(float(zz.grad.norm()))
+    assert (d["weight_norm"] < 1e-12) == (variant == "detached")  # rounding of beta = (beta CE) / CE
+    correct = z.argmax(1) == y
+    assert d["n"] == 48 and d["n_correct"] == int(correct.sum()) > 0
+    assert d["pushed_down"] == int((correct & (zz.grad[torch.arange(48), y] > 0)).sum())
+    if variant == "detached":  # beta_i (p_t - 1) / N < 0: a reweighted CE never pushes the label down
+        assert d["pushed_down"] == 0
+    with pytest.raises(ValueError, match="reduction"):
+        zf.gradient_decomposition(z, y, reduction="sum")
+    with pytest.raises(ValueError, match="logits must have shape"):
+        zf.gradient_decomposition(z[0], y)
+
+
+def test_gradient_decomposition_at_initialisation_on_fashion_mnist():
+    """The cpu profile's selective-risk network before its first step, on its first batch of 32:
+    the printed loss's weight part outweighs its CE part and pushes the true-class logit of the
+    correctly classified samples down; the released variant's weight part is the smaller one."""
+    z, y = zf.initial_network_state(seed=0)
+    assert z.shape == (32, 10) and y.shape == (32,)
+    paper = zf.gradient_decomposition(z, y, variant="paper")
+    released = zf.gradient_decomposition(z, y, variant="released")
+    detached = zf.gradient_decomposition(z, y, variant="detached")
+    assert paper["weight_norm"] > 1.5 * paper["ce_norm"]
+    assert paper["n_correct"] >= 1 and paper["pushed_down_fraction"] == 1.0
+    assert released["weight_norm"] < released["ce_norm"]
+    assert detached["weight_norm"] < 1e-12 and detached["pushed_down"] == 0
+    with pytest.raises(ValueError, match="no run"):
+        zf.initial_network_state(seed=7)

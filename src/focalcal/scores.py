@@ -16,8 +16,11 @@ Scores
     negative entropy rescaled from ``[-log K, 0]`` to ``[0, 1]``:
     ``1 + sum_k p_k log p_k / log K = 1 - H(p) / log K`` (0 for the uniform row, 1 for a one-hot
     row). The rescaling changes no ranking; it lets one set of bins on [0, 1] serve all three
-    scores (the smoothed CDF of the selective-risk loss bins them; the authors' code rescales the
-    same way);
+    scores (the smoothed CDF of the selective-risk loss bins them). Zhou et al.'s released code
+    does not rescale the same way: its ``neg_entropy_normalized`` (``loss/selectAU.py``) divides
+    ``-H(p) - log K`` by ``-log K``, which maps ``[-log K, 0]`` onto ``[1, 2]``, and then clamps to
+    ``[0, 1]``, so every sample scores 1 (``selective_risk_loss(..., variant="released")``
+    reproduces that);
 ``"margin"``
     ``p_(1) - p_(2)``, the gap between the two largest probabilities.
 

@@ -13,6 +13,10 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
 - :func:`target_context`, :func:`training_progress`, :func:`confidence_direction` and
   :func:`near_uniform_share`: how well the selective-risk networks learned, and which way each
   loss is miscalibrated (:func:`fig3_agreement`: against Zhou et al.'s reading of their Fig. 3);
+- the mechanism: :func:`gradient_decomposition` splits the selective-risk loss's gradient with
+  respect to the logits into its cross-entropy part and its weight part, on the logits of
+  :func:`initial_network_state` (a freshly initialised network of the cpu profile's run) or of
+  any network;
 - figures: :func:`aurc_ece_plot` (AURC and E-AURC against ECE, seed ranges as bars) and
   :func:`reliability_figures` (Zhou et al.'s Fig. 3: one reliability diagram per loss).
 
@@ -36,7 +40,7 @@ __all__ = ["ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
            "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
            "spread_table", "competitive", "lower_than", "confidence_direction",
            "training_progress", "target_context", "FIG3_READING", "fig3_agreement", "calibration_claim", "aurc_claim", "aurc_ece_plot",
-           "reliability_figures"]
+           "reliability_figures", "gradient_decomposition", "initial_network_state"]
 
 
 # Zhou et al.'s Table 1 columns: XE, FL-53, Inv. FL, Dual, KDE-XE, AURC, AU_{P_X_tau}; the sweep
@@ -79,7 +83,10 @@ def loss_parameters(name: str, params: Mapping[str, Any] | None = None) -> dict[
     sig = inspect.signature(LOSSES[name])
     out = {k: p.default for k, p in sig.parameters.items()
            if k not in {"reduction", "ignore_index"} and p.default is not inspect.Parameter.empty}
-    return out | dict(params or {})
+    out |= dict(params or {})
+    # a default of None that the loss resolves (the selective-risk loss's nu, by variant): its value
+    module = LOSSES[name](**dict(params or {}))
+    return {k: getattr(module, k, v) if v is None else v for k, v in out.items()}
 
 
 def select_runs(results: pd.DataFrame, *, dataset: str | None = None, model: str | None = None,
@@ -416,6 +423,98 @@ def aurc_claim(table: pd.DataFrame, scores: Mapping[str, str], *, prefix: str = 
                      f"{_range(c['baseline_values'])}: **{c['verdict']}**; lower on {c['lower_paired']} "
                      f"of {c['n_paired']} seeds.")
     return combine(verdicts), "\n".join(items)
+
+
+# --------------------------------------------------------------------------------------------
+# the mechanism: the logit gradient split by the product rule
+# --------------------------------------------------------------------------------------------
+
+def gradient_decomposition(logits: Any, labels: Any, **loss_params: Any) -> dict[str, Any]:
+    """The gradient of ``selective_risk_loss(logits, labels, **loss_params)`` (mean over the batch)
+    with respect to the logits, split by the product rule into its cross-entropy part
+    ``beta_i dCE_i/dz_i / N`` and its weight part ``CE_i dbeta_i/dz_i / N`` (their sum is the
+    gradient), in float64.
+
+    ``loss_params`` are :func:`focalcal.losses.selective_risk_loss`'s (``variant``, ``score``,
+    ``coverage``, ``nu``, ...; the released variant's histogram is then the batch's). The CE part
+    is the gradient of ``mean_i b_i CE_i`` with the weights ``b_i`` read off the loss's per-sample
+    values and held fixed; the weight part is the rest.
+
+    Returns
+    -------
+    dict
+        ``ce_norm``, ``weight_norm``, ``total_norm`` (Frobenius norms of the ``(N, K)`` parts and
+        of the gradient), ``n``, ``n_correct`` (samples whose top logit is the label's),
+        ``pushed_down`` (of those, how many the gradient step pushes the true-class logit down:
+        its gradient entry is positive) and ``pushed_down_fraction`` (NaN without a correct
+        sample); ``ce_grad``, ``weight_grad`` (the two ``(N, K)`` parts).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from focalcal.losses import selective_risk_loss
+
+    z = torch.as_tensor(logits, dtype=torch.float64)
+    t = torch.as_tensor(labels)
+    if z.ndim != 2 or t.shape != z.shape[:1]:
+        raise ValueError(f"logits must have shape (N, K) and labels (N,); got {tuple(z.shape)} and {tuple(t.shape)}")
+    for k in ("reduction", "ignore_index"):
+        if k in loss_params:
+            raise ValueError(f"loss_params must not set {k}: the decomposition is of the mean over the batch")
+    z_tot = z.clone().requires_grad_()
+    per_sample = selective_risk_loss(z_tot, t, reduction="none", **loss_params)
+    per_sample.mean().backward()
+    ce = F.cross_entropy(z, t, reduction="none")
+    beta = torch.where(ce > 0, per_sample.detach() / ce.clamp_min(torch.finfo(z.dtype).tiny), 0.0)
+    z_ce = z.clone().requires_grad_()
+    (beta * F.cross_entropy(z_ce, t, reduction="none")).mean().backward()
+    total, ce_part = z_tot.grad, z_ce.grad
+    weight_part = total - ce_part
+    correct = z.argmax(1) == t
+    down = total.gather(1, t.unsqueeze(1)).squeeze(1) > 0
+    n_correct = int(correct.sum())
+    pushed = int((correct & down).sum())
+    return {"ce_norm": float(ce_part.norm()), "weight_norm": float(weight_part.norm()),
+            "total_norm": float(total.norm()), "n": int(z.shape[0]), "n_correct": n_correct,
+            "pushed_down": pushed, "pushed_down_fraction": pushed / n_correct if n_correct else float("nan"),
+            "ce_grad": ce_part, "weight_grad": weight_part}
+
+
+def initial_network_state(*, seed: int = 0, n: int | None = None, profile: str = "cpu",
+                          label: str = TARGET) -> tuple[Any, Any]:
+    """Logits and labels of a freshly initialised network of ``profile``'s ``label`` run of seed
+    ``seed`` (its data set, network and training subset, initialised as that run is, in training
+    mode) on the first ``n`` images of a training loader shuffled with that seed (augmented as in
+    training), without gradient: the state before the first step, for :func:`gradient_decomposition`.
+    ``n`` defaults to the run's batch size (32 in the cpu profile: the batch whose histogram the
+    loss sees in training; Zhou et al. train on 128).
+
+    Raises
+    ------
+    ValueError
+        ``profile`` has no run of ``label`` and ``seed`` in its comparison.
+    """
+    import json as _json
+
+    import torch
+
+    from focalcal.lab.data import make_loaders
+    from focalcal.lab.models import make_model
+    from focalcal.lab.profiles import get_profile
+
+    runs = [r for r in get_profile(profile).runs_of("comparison") if r.loss.display == label and r.seed == seed]
+    if not runs:
+        raise ValueError(f"profile {profile!r} has no run of {label!r} with seed {seed} in its comparison")
+    spec = runs[0]
+    train = dict(spec.train)
+    loaders = make_loaders(spec.dataset, train["batch_size"] if n is None else n, seed=seed,
+                           subset=sweep.subset_sizes(train.get("train_subset", 0), train.get("eval_subset", 0)))
+    net = make_model(spec.model, loaders.info.num_classes, loaders.info.in_channels, seed=seed,
+                     **_json.loads(_json.dumps(dict(spec.model_params))))
+    x, y = next(iter(loaders.train))
+    net.train()
+    with torch.no_grad():
+        return net(x).double(), y
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .._validation import ArrayLike, check_choice, check_gamma, check_int
 from ..metrics.kernel import check_kde_params, check_mmce_params
-from ..scores import check_score
+from ..scores import bin_counts, check_score
 from ._core import check_ignore_index, check_lamda, check_reduction, prepare
 from .curvature import hessian_trace_loss
 from .focal import (
@@ -37,7 +37,13 @@ from .focal import (
     sample_dependent_focal_loss,
 )
 from .regularised import brier_loss, check_alpha, kde_xe_loss, label_smoothing_loss, mmce_loss
-from .selective import aurc_loss, check_aurc_params, check_selective_params, selective_risk_loss
+from .selective import (
+    _selective_risk,
+    aurc_loss,
+    check_aurc_params,
+    check_selective_params,
+    check_selective_variant,
+)
 
 
 class _LossModule(nn.Module):
@@ -470,31 +476,74 @@ class AURCLoss(_LossModule):
 
 
 class SelectiveRiskLoss(_LossModule):
-    """Module form of :func:`~focalcal.losses.selective_risk_loss`.
+    """Module form of :func:`~focalcal.losses.selective_risk_loss`, with the released code's histogram.
+
+    With ``variant="released"`` the module holds what the authors' ``SelectiveAULoss`` holds: a
+    histogram of the confidence scores of every batch it has been called on since it was last
+    cleared (each call adds its batch before computing the weights, ``G`` is normalised by the
+    number of scores in it), and :meth:`set_epoch` clears it. The lab's trainer calls
+    ``set_epoch`` before every epoch (:class:`focalcal.lab.train.EpochScheduled`), so the
+    histogram covers the batches of the current epoch, as the released ``src/train.py`` clears it
+    once per epoch. The histogram is not part of ``state_dict()`` (a resumed run starts an epoch,
+    which clears it). The other variants keep no state: each call is the function's.
 
     Examples
     --------
-    >>> from focalcal.losses import SelectiveRiskLoss
+    >>> from focalcal.losses import SelectiveRiskLoss, selective_risk_loss
     >>> import torch
     >>> logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.5, 0.0], [1.0, 3.0, 0.0]])
     >>> labels = torch.tensor([0, 2, 1])
     >>> SelectiveRiskLoss(coverage=0.9)(logits, labels)
     tensor(0.2422)
+    >>> released = SelectiveRiskLoss(coverage=0.9, variant="released")
+    >>> released.nu
+    0.05
+    >>> released(logits, labels)  # the histogram holds this batch
+    tensor(0.2376)
+    >>> confident = torch.tensor([[9.0, 0.0, 0.0], [0.0, 9.0, 0.0], [0.0, 0.0, 9.0]])
+    >>> released(confident, labels)  # weighted by the histogram of both batches
+    tensor(6.7523)
+    >>> selective_risk_loss(confident, labels, coverage=0.9, variant="released")  # this batch alone
+    tensor(4.5117)
+    >>> released.set_epoch(1)  # cleared: the first call's value again
+    >>> released(logits, labels)
+    tensor(0.2376)
     """
 
     def __init__(self, score: str = "msp", coverage: float = 0.9, threshold: float | None = None,
-                 nu: float = 0.1, n_bins: int = 64, conditional: bool = False, reduction: str = "mean",
-                 ignore_index: int = -100) -> None:
+                 nu: float | None = None, n_bins: int = 64, conditional: bool = False,
+                 variant: str = "paper", reduction: str = "mean", ignore_index: int = -100) -> None:
         super().__init__(reduction, ignore_index)
         self.score = check_score(score)
+        self.variant, nu, self.conditional = check_selective_variant(variant, nu, conditional)
         self.coverage, self.threshold, self.nu, self.n_bins = check_selective_params(
             coverage, threshold, nu, n_bins)
-        self.conditional = check_choice(conditional, "conditional", (True, False))
+        self._counts: Tensor | None = None
+        self._total = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Clear the accumulated histogram (``variant="released"``); the trainer calls it before
+        every epoch with the 0-based epoch."""
+        check_int(epoch, "epoch", minimum=0)
+        self._counts, self._total = None, 0
+
+    def _add(self, scores: Tensor) -> tuple[Tensor, int]:
+        counts = bin_counts(scores.detach().double(), self.n_bins, None)[0]
+        if self._counts is None or self._counts.device != counts.device:
+            self._counts = counts
+        else:
+            self._counts += counts
+        self._total += scores.shape[0]
+        return self._counts, self._total
 
     def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
-        return selective_risk_loss(logits, labels, score=self.score, coverage=self.coverage,
-                                   threshold=self.threshold, nu=self.nu, n_bins=self.n_bins,
-                                   conditional=self.conditional, **self._kw())
+        histogram = (self._add if self.variant == "released" else None)
+        return _selective_risk(logits, labels, self.score, self.coverage, self.threshold, self.nu,
+                               self.n_bins, self.conditional, self.variant, self.reduction,
+                               self.ignore_index, histogram)
+
+    def extra_repr(self) -> str:
+        return f"variant={self.variant!r}, score={self.score!r}, coverage={self.coverage}, nu={self.nu}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,6 +2,12 @@
 
 Both weight the per-sample cross-entropy by a function of the rank of the sample's confidence
 score (:mod:`focalcal.scores`: the scores, the AURC rank weights and the smoothed CDF).
+
+The selective-risk loss comes in three variants (:data:`SELECTIVE_VARIANTS`): ``"paper"``, eqs.
+13-17 and the gradient of App. C.4 eq. 27 as printed; ``"released"``, what the authors' code
+(github.com/han678/CalibWeightedRisk, ``loss/selectAU.py``, ``loss/aurc.py``, ``src/train.py``)
+computes; ``"detached"``, the paper's loss with the weights' gradient cut off (a plain reweighted
+cross-entropy). :func:`selective_risk_loss` says what differs.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ import math
 
 import torch
 from torch import Tensor
+
+from collections.abc import Callable
 
 from .._validation import ArrayLike, check_choice, check_int, check_positive, check_unit_interval
 from ..scores import (
@@ -25,8 +33,16 @@ from ._core import check_ignore_index, check_output, check_reduction, prepare, r
 
 AURC_WEIGHTS = ("harmonic", "log")
 
+#: the variants of :func:`selective_risk_loss`
+SELECTIVE_VARIANTS = ("paper", "released", "detached")
+
+#: ``nu`` of each variant when none is given: the paper's CIFAR-10 value (App. E.2) and the
+#: released code's default (``SelectiveAULoss(hist_sigma=0.05)``, ``--hist_sigma 0.05``)
+DEFAULT_NU = {"paper": 0.1, "released": 0.05, "detached": 0.1}
+
 # the check_* helpers are shared with .modules, not API
-__all__ = ["AURC_WEIGHTS", "aurc_loss", "selective_risk_loss", "selective_risk_weights"]
+__all__ = ["AURC_WEIGHTS", "DEFAULT_NU", "SELECTIVE_VARIANTS", "aurc_loss", "selective_risk_loss",
+           "selective_risk_weights"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,6 +124,18 @@ def check_selective_params(coverage: float, threshold: float | None, nu: float, 
     return coverage, threshold, check_positive(nu, "nu"), check_int(n_bins, "n_bins", minimum=1)
 
 
+def check_selective_variant(variant: str, nu: float | None, conditional: bool) -> tuple[str, float, bool]:
+    """``(variant, nu, conditional)`` of the selective-risk loss, checked; ``nu=None`` gives the
+    variant's :data:`DEFAULT_NU`. ``conditional=True`` is refused with ``variant="released"``
+    (the released code has no such normalisation)."""
+    variant = check_choice(variant, "variant", SELECTIVE_VARIANTS)
+    conditional = check_choice(conditional, "conditional", (True, False))
+    if conditional and variant == "released":
+        raise ValueError("conditional=True is defined for variant 'paper' and 'detached' only; the "
+                         "released code does not divide by G(tau)")
+    return variant, check_positive(DEFAULT_NU[variant] if nu is None else nu, "nu"), bool(conditional)
+
+
 def selective_risk_weights(scores: Tensor, *, coverage: float = 0.9, threshold: float | None = None,
                            nu: float = 0.1, n_bins: int = 64, conditional: bool = False) -> Tensor:
     """Weights ``beta_i`` of Zhou et al.'s (2025) selective-risk loss, eq. 16, in ``O(N * n_bins)``.
@@ -141,7 +169,8 @@ def selective_risk_weights(scores: Tensor, *, coverage: float = 0.9, threshold: 
     -------
     Tensor, shape (N,)
         ``beta``; its gradient flows through ``g_i`` for ``g_i < tau`` only (``tau``, the counts and
-        ``G(tau)`` are constants, App. C.4). ``G_nu`` is clamped to ``[1/(N+1), N/(N+1)]`` as in the
+        ``G(tau)`` are constants, App. C.4; a sample exactly at ``tau`` gets none, as eq. 27's
+        case ``g >= tau`` says: with the coverage rule that is the ``k``-th smallest score). ``G_nu`` is clamped to ``[1/(N+1), N/(N+1)]`` as in the
         authors' code, which keeps ``beta`` finite when the sigmoid saturates.
 
     Examples
@@ -174,7 +203,9 @@ def _selective_weights(scores: Tensor, coverage: float, threshold: float | None,
     def cdf(s: Tensor) -> Tensor:
         return cdf_from_counts(s, counts, centres, nu, n).clamp(lo, hi)
 
-    beta = -torch.log1p(-cdf(torch.minimum(scores, tau)))
+    # where(g < tau, g, tau), not minimum(g, tau): minimum splits the gradient of a tie in half,
+    # and with the coverage rule one sample always sits exactly at tau (eq. 27 gives it none)
+    beta = -torch.log1p(-cdf(torch.where(scores < tau, scores, tau)))
     if conditional:
         with torch.no_grad():
             g_tau = cdf(tau)
@@ -182,19 +213,92 @@ def _selective_weights(scores: Tensor, coverage: float, threshold: float | None,
     return beta
 
 
+def _released_scores(logp: Tensor, score: str) -> Tensor:
+    """The confidence score as the released code computes it from ``log_softmax(z)``.
+
+    ``"msp"`` and ``"margin"``: of ``softmax(clamp(softmax(z), 1e-9, 1 - 1e-9))`` (``SelectiveAULoss``
+    passes the clamped probabilities to a score function that applies the softmax again); computed
+    as ``log_softmax`` of the probabilities. ``"neg_entropy"``: 1 for every sample (its
+    normalisation maps ``-H(p)`` from ``[-log K, 0]`` onto ``[1, 2]``, which the clamp to
+    ``[0, 1]`` sends to 1), with no gradient.
+    """
+    if score == "neg_entropy":
+        return torch.ones(logp.shape[:-1], dtype=logp.dtype, device=logp.device)
+    p = logp.exp().clamp(1e-9, 1.0 - 1e-9)
+    return from_log_probs(torch.log_softmax(p, dim=-1), score)
+
+
+def _released_weights(g: Tensor, coverage: float, threshold: float | None, nu: float, n_bins: int,
+                      counts: Tensor, total: int) -> Tensor:
+    """``beta`` of the released code from the histogram ``counts`` of ``total`` scores (this batch's
+    included): ``tau = torch.quantile(g, coverage)`` with its gradient, ``G`` clamped to the batch's
+    ``[1/(N+1), N/(N+1)]``, ``-ln(1 - G(tau))`` where ``g >= tau`` and ``-ln(1 - G(g))`` below."""
+    n = g.shape[0]
+    centres = (torch.arange(n_bins, dtype=g.dtype, device=g.device) + 0.5) / n_bins
+    c = counts.to(g.dtype)
+    lo, hi = 1.0 / (n + 1), n / (n + 1.0)
+
+    def cdf(s: Tensor) -> Tensor:
+        return cdf_from_counts(s, c, centres, nu, total).clamp(lo, hi)
+
+    if threshold is None:
+        tau = torch.quantile(g, coverage)
+    else:
+        tau = torch.tensor(threshold, dtype=g.dtype, device=g.device)
+    return torch.where(g >= tau, -torch.log1p(-cdf(tau)), -torch.log1p(-cdf(g)))
+
+
+#: ``add(scores) -> (counts, total)``: adds the detached scores of a batch to a histogram and
+#: returns its counts over ``n_bins`` equal-width bins of [0, 1] and the number of scores in it
+Histogram = Callable[[Tensor], "tuple[Tensor, int]"]
+
+
+def batch_histogram(n_bins: int) -> Histogram:
+    """The histogram of the current batch alone (what the functional form uses)."""
+
+    def add(scores: Tensor) -> tuple[Tensor, int]:
+        return bin_counts(scores.detach(), n_bins, None)[0], scores.shape[0]
+
+    return add
+
+
 def selective_risk_loss(logits: ArrayLike, labels: ArrayLike, *, score: str = "msp",
-                        coverage: float = 0.9, threshold: float | None = None, nu: float = 0.1,
-                        n_bins: int = 64, conditional: bool = False, reduction: str = "mean",
-                        ignore_index: int = -100) -> Tensor:
+                        coverage: float = 0.9, threshold: float | None = None, nu: float | None = None,
+                        n_bins: int = 64, conditional: bool = False, variant: str = "paper",
+                        reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Zhou et al.'s (2025) selective-risk loss ``AU_{P_X_tau} = mean_i beta_i CE_i`` (eq. 17).
 
     ``beta`` from :func:`selective_risk_weights` on the differentiable confidence score ``score``
     (:func:`focalcal.scores.from_log_probs`: ``"msp"``, ``"neg_entropy"``, ``"margin"``, all in
     [0, 1]) of the batch. The histogram is built from the current batch (eq. 15 with ``n`` = batch
-    size); the authors' code keeps accumulating it over all batches seen so far and takes ``tau``
-    with ``torch.quantile`` (a sort). Cost ``O(N (K_classes + n_bins))``: no pairwise matrix, no
-    sort. Defaults: MSP, ``coverage = 0.9``, ``nu = 0.1`` (Zhou et al., App. E, CIFAR-10), 64
-    bins. ``"none"`` returns ``beta_i CE_i``.
+    size). Cost ``O(N (K_classes + n_bins))``: no pairwise matrix, no sort (``variant="released"``
+    takes a quantile). Defaults: MSP, ``coverage = 0.9``, 64 bins, ``nu`` by variant
+    (:data:`DEFAULT_NU`). ``"none"`` returns ``beta_i CE_i``.
+
+    For a sample below ``tau`` the weight's gradient makes the loss fall as its confidence falls:
+    ``d(beta_i CE_i)/dg_i = CE_i G'(g_i) / (1 - G(g_i)) > 0`` (eq. 27). The variants:
+
+    ``variant="paper"`` (default)
+        Eqs. 13-17 and 27 as printed: ``tau`` the ``ceil(coverage * N)``-th smallest score
+        (``torch.kthvalue``, no gradient), ``beta_i = -ln(1 - G(min(g_i, tau)))``, the gradient
+        through ``G(g_i)`` for ``g_i < tau`` only; ``nu = 0.1`` (App. E.2, CIFAR-10).
+    ``variant="released"``
+        What ``SelectiveAULoss`` of the authors' code computes: ``"msp"`` and ``"margin"`` are
+        scored on ``softmax(softmax(z))`` (for ``K`` classes the MSP then lies in
+        ``[1/K, e/(e + K - 1)]``, ``[0.1, 0.232]`` for 10), ``"neg_entropy"`` is 1 for every
+        sample (the released normalisation followed by a clamp to [0, 1]; the loss is then
+        ``-ln(1 - G(1))`` times the cross-entropy); ``tau = torch.quantile(g, coverage)``
+        (linear interpolation) *with* its gradient, so the constant weight of the samples with
+        ``g_i >= tau`` moves with the two scores ``tau`` interpolates; ``nu = 0.05``; ``G``
+        clamped to ``[1/(N+1), N/(N+1)]`` (the code uses its configured batch size, which is
+        ``N`` but for a smaller last batch). The code accumulates the histogram over the
+        batches of an epoch and clears it once per epoch: :class:`~focalcal.losses.SelectiveRiskLoss`
+        does that (the trainer calls its ``set_epoch``); **this function sees the batch alone**,
+        so its histogram is the batch's. ``conditional=True`` is refused. Not carried over: the
+        code replaces NaN scores by 0 (here non-finite logits raise).
+    ``variant="detached"``
+        The paper's loss with ``beta`` detached: a cross-entropy reweighted by the rank of the
+        confidence, without the term that rewards lowering a low confidence.
 
     Examples
     --------
@@ -204,16 +308,34 @@ def selective_risk_loss(logits: ArrayLike, labels: ArrayLike, *, score: str = "m
     >>> labels = torch.tensor([0, 2, 1])
     >>> selective_risk_loss(logits, labels, coverage=0.9)
     tensor(0.2422)
+    >>> selective_risk_loss(logits, labels, coverage=0.9, variant='released')
+    tensor(0.2376)
     """
     score = check_score(score)
+    variant, nu, conditional = check_selective_variant(variant, nu, conditional)
     coverage, threshold, nu, n_bins = check_selective_params(coverage, threshold, nu, n_bins)
-    reduction = check_reduction(reduction)
-    batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction, min_samples=1)
+    return _selective_risk(logits, labels, score, coverage, threshold, nu, n_bins, conditional, variant,
+                           check_reduction(reduction), check_ignore_index(ignore_index),
+                           batch_histogram(n_bins) if variant == "released" else None)
+
+
+def _selective_risk(logits: ArrayLike, labels: ArrayLike, score: str, coverage: float,
+                    threshold: float | None, nu: float, n_bins: int, conditional: bool, variant: str,
+                    reduction: str, ignore_index: int, histogram: Histogram | None) -> Tensor:
+    """The checked loss; ``histogram`` (``variant="released"`` only) supplies the counts."""
+    batch = prepare(logits, labels, ignore_index, reduction, min_samples=1)
     x, t = batch.selected()
     logp = torch.log_softmax(x, dim=1)
     ce = -logp.gather(1, t.unsqueeze(1)).squeeze(1)
-    g = from_log_probs(logp, score)
+    g = _released_scores(logp, score) if variant == "released" else from_log_probs(logp, score)
     if not bool(torch.isfinite(g.detach()).all()):
         check_output(g.detach().sum(), batch)  # raises, naming the logits
-    beta = _selective_weights(g, coverage, threshold, nu, n_bins, bool(conditional))
+    if variant == "released":
+        assert histogram is not None
+        with torch.no_grad():
+            counts, total = histogram(g)
+        beta = _released_weights(g, coverage, threshold, nu, n_bins, counts, total)
+    else:
+        beta = _selective_weights(g.detach() if variant == "detached" else g, coverage, threshold, nu,
+                                  n_bins, conditional)
     return reduce_loss(batch.scatter_back(beta * ce), batch, reduction)
