@@ -47,6 +47,17 @@ def test_tally_records_glues_and_renders():
         t.add("zhou_ts_improves", "probably", "rule")
 
 
+def test_tally_cases_are_rows_of_their_own():
+    t = claims.Tally()
+    t.add("zhou_ts_improves", vd.HOLDS, "paired", case="selective-risk (released)")
+    t.add("zhou_ts_improves", vd.NOT_TRAINED, "paired", case="selective-risk")
+    assert t.verdicts == {"zhou_ts_improves__selective_risk_released": vd.HOLDS,
+                          "zhou_ts_improves__selective_risk": vd.NOT_TRAINED}
+    assert "[selective-risk (released)]" in t.html()
+    with pytest.raises(ValueError, match="twice"):
+        t.add("zhou_ts_improves", vd.HOLDS, "again", case="selective-risk")
+
+
 def test_claim_rejects_an_unknown_paper():
     with pytest.raises(ValueError, match="paper"):
         claims.Claim("guo2017", "Sec. 1", "x")

@@ -29,8 +29,9 @@ def frame(values: dict[str, list[float]], column: str = "ece_raw") -> pd.DataFra
 
 def test_losses_are_zhou_table1_from_the_sweep_constants():
     assert zf.LABELS == ("cross-entropy", "FLSD-53", "inverse focal", "dual focal", "KDE-XE", "AURC",
-                         "selective-risk")
+                         "selective-risk", "selective-risk (released)", "selective-risk (detached weights)")
     assert zf.TARGET == "selective-risk" and zf.BASELINE == "cross-entropy"
+    assert zf.TARGETS == ("selective-risk", *zf.VARIANT_LABELS) and zf.BASELINES == zf.LABELS[:6]
     defined = {*sweep.TABLE1_LOSSES, *sweep.ZHOU_LOSSES, *sweep.CLIPPED_LOSSES}
     assert set(zf.ZHOU_TABLE_LOSSES) <= defined
     assert {"dual focal", "selective-risk"} <= zf.CLIPPED_LABELS
@@ -284,3 +285,49 @@ def test_gradient_decomposition_at_initialisation_on_fashion_mnist():
     assert detached["weight_norm"] < 1e-12 and detached["pushed_down"] == 0
     with pytest.raises(ValueError, match="no run"):
         zf.initial_network_state(seed=7)
+
+
+def _claims_table(accuracy: dict[str, float]) -> pd.DataFrame:
+    """Two seeds per loss: the selective-risk variants calibrated best, the baselines worse."""
+    rows = []
+    for i, lab in enumerate(zf.LABELS):
+        for seed in (0, 1):
+            low = lab in zf.TARGETS
+            rows.append({"loss_label": lab, "seed": seed, "accuracy": accuracy.get(lab, 0.88),
+                         "ece_raw": (0.01 if low else 0.05 + 0.01 * i) + 0.001 * seed,
+                         "cwece_raw": (0.002 if low else 0.01 + 0.001 * i) + 0.0001 * seed,
+                         "cwece_ts": 0.001 + 0.0001 * seed})
+    return pd.DataFrame(rows)
+
+
+def test_no_calibration_verdict_for_a_network_that_did_not_train(monkeypatch):
+    table = _claims_table({"selective-risk": 0.29})       # the printed loss near chance (10 classes)
+    failed = zf.failed_losses(table, 10)
+    assert failed == ["selective-risk"]
+
+    def computed(*args, **kwargs):
+        raise AssertionError("a calibration verdict was computed for a network that did not train")
+
+    with monkeypatch.context() as m:
+        m.setattr(zf, "competitive", computed)
+        m.setattr(zf, "compare_ranges", computed)
+        m.setattr(zf, "paired", computed)
+        assert zf.good_calibration(table, "selective-risk", failed) == vd.NOT_TRAINED
+        assert zf.best_cwece(table, "selective-risk", failed)["verdict"] == vd.NOT_TRAINED
+        assert zf.ts_improves(table, "selective-risk", failed) == vd.NOT_TRAINED
+    # the variants that trained are judged: best in calibration on every seed
+    released = "selective-risk (released)"
+    assert zf.good_calibration(table, released, failed) == vd.HOLDS
+    assert zf.ts_improves(table, released, failed) == vd.HOLDS
+    best = zf.best_cwece(table, released, failed)
+    assert best["case"] == vd.HOLDS and best["verdict"] == vd.NOT_RESOLVED   # one case: no majority
+
+
+def test_a_baseline_that_did_not_train_leaves_the_comparison_partly_tested():
+    table = _claims_table({"KDE-XE": 0.12})
+    failed = zf.failed_losses(table, 10)
+    assert failed == ["KDE-XE"]
+    assert zf.good_calibration(table, "selective-risk", failed) == vd.PARTLY_TESTED
+    assert set(zf.versus_baselines(table, "selective-risk", failed)["loss_label"]) == {
+        "selective-risk", *(b for b in zf.BASELINES if b != "KDE-XE")}
+    assert zf.good_calibration(table[table["loss_label"] != "selective-risk"], "selective-risk", []) == vd.NOT_RUN

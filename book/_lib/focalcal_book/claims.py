@@ -70,6 +70,12 @@ CLAIMS: dict[str, Claim] = _claims(
      "achieving the best cwECE in the majority of cases"),
     ("zhou_ts_improves", _Z, "App. E.3",
      "its calibration performance can be further enhanced with TS on the CIFAR-10/100 datasets"),
+    ("zhou_good_calibration", _Z, "Sec. 5",
+     "loss demonstrates good calibration performance compared to baseline methods"),
+    ("zhou_dual_strong", _Z, "Sec. 5",
+     "Dual Focal loss exhibits strong performance across all datasets and models"),
+    ("zhou_focal_variable", _Z, "Sec. 5",
+     "focal loss and inverse focal loss are more variable, depending on both the model architecture and dataset"),
     # Charoenphakdee et al. (2021): psi_capacity
     ("charoen_best_gamma", _C, "Sec. 6.2",
      "we can conclude that the best $\\gamma$ increases as the data size decreases or the model becomes "
@@ -156,37 +162,43 @@ class Tally:
     """The claims one page tests: for each, the rule applied and the verdict it computed."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, tuple[str, str]] = {}
+        self._rows: dict[str, tuple[str, str | None, str, str]] = {}
 
-    def add(self, key: str, verdict: str, rule: str) -> str:
+    def add(self, key: str, verdict: str, rule: str, *, case: str | None = None) -> str:
         """Record claim ``key``'s ``verdict`` under ``rule`` (Markdown); returns the verdict.
+
+        ``case`` names one reading of the claim when a page tests it several times (e.g. one loss
+        variant each): its row then reads "(case)" after the quote, and it is glued as
+        ``verdict_<key>__<case>`` (the case's non-alphanumerics as ``_``).
 
         Raises
         ------
         ValueError
-            ``key`` is not in :data:`CLAIMS`, is recorded twice, or ``verdict`` is not a verdict.
+            ``key`` is not in :data:`CLAIMS`, is recorded twice (for the same ``case``), or
+            ``verdict`` is not a verdict.
         """
         if key not in CLAIMS:
             raise ValueError(f"key must be a claim of focalcal_book.claims.CLAIMS, got {key!r}")
-        if key in self._rows:
-            raise ValueError(f"claim {key!r} is recorded twice on this page")
+        name = key if case is None else f"{key}__{re.sub(r'[^0-9A-Za-z]+', '_', case).strip('_')}"
+        if name in self._rows:
+            raise ValueError(f"claim {name!r} is recorded twice on this page")
         if verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {list(VERDICTS)}, got {verdict!r}")
-        self._rows[key] = (verdict, rule)
+        self._rows[name] = (key, case, verdict, rule)
         return verdict
 
     @property
     def verdicts(self) -> dict[str, str]:
-        """Claim key -> verdict, in the order recorded."""
-        return {k: v for k, (v, _) in self._rows.items()}
+        """Glue name (the claim's key, ``key__case`` for a case) -> verdict, in the order recorded."""
+        return {name: v for name, (_, _, v, _) in self._rows.items()}
 
     def glue(self) -> None:
         """Glue each verdict, in bold, as ``verdict_<key>`` (for ``{glue:md}`` in the prose)."""
         from IPython.display import Markdown
         from myst_nb import glue
 
-        for key, (verdict, _) in self._rows.items():
-            glue(f"verdict_{key}", Markdown(f"**{verdict}**"), display=False)
+        for name, (_, _, verdict, _) in self._rows.items():
+            glue(f"verdict_{name}", Markdown(f"**{verdict}**"), display=False)
 
     def html(self) -> str:
         """The table: claim (quote and where), rule, verdict."""
@@ -195,10 +207,11 @@ class Tally:
         head = "".join(f"<th style='text-align:left;padding:0.3em 0.6em'>{h}</th>"
                        for h in ("claim (the paper's words)", "rule applied here", "verdict"))
         rows = []
-        for key, (verdict, rule) in self._rows.items():
+        for key, case, verdict, rule in self._rows.values():
             c = CLAIMS[key]
+            reading = f" <strong>[{html.escape(case)}]</strong>" if case else ""
             rows.append(f"<tr><td style='padding:0.3em 0.6em'>“{tex_html(_plain(c.quote))}” "
-                        f"<em>({html.escape(c.source)})</em></td>"
+                        f"<em>({html.escape(c.source)})</em>{reading}</td>"
                         f"<td style='padding:0.3em 0.6em'>{tex_html(rule)}</td>"
                         f"<td style='padding:0.3em 0.6em'><strong>{html.escape(verdict)}</strong></td></tr>")
         return ("<table class='claims' style='border-collapse:collapse;font-size:0.9em'>"

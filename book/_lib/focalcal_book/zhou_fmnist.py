@@ -34,13 +34,15 @@ import numpy as np
 import pandas as pd
 
 from focalcal.lab import sweep
-from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, spread_text
+from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, combine,
+                                    compare_ranges, gate, majority, paired, spread_text, untrained)
 
-__all__ = ["ZHOU_TABLE_LOSSES", "LABELS", "TARGET",
+__all__ = ["ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "TARGETS", "BASELINES", "DUAL",
+           "failed_losses", "versus_baselines", "good_calibration", "best_cwece", "ts_improves",
            "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
            "spread_table", "competitive", "lower_than", "confidence_direction",
            "training_progress", "target_context", "FIG3_READING", "fig3_agreement", "calibration_claim", "aurc_claim", "aurc_ece_plot",
-           "reliability_figures", "gradient_decomposition", "initial_network_state"]
+           "reliability_figures", "gradient_decomposition", "initial_network_state", "mechanism_table"]
 
 
 # Zhou et al.'s Table 1 columns: XE, FL-53, Inv. FL, Dual, KDE-XE, AURC, AU_{P_X_tau}; the sweep
@@ -56,10 +58,18 @@ def _zhou_losses() -> tuple[sweep.Loss, ...]:
 
 #: the seven losses of Zhou et al.'s Table 1, as the sweep defines them
 ZHOU_TABLE_LOSSES: tuple[sweep.Loss, ...] = _zhou_losses()
-#: their display labels (the ``loss_label`` column of a sweep's results)
-LABELS: tuple[str, ...] = tuple(lo.display for lo in ZHOU_TABLE_LOSSES)
-#: Zhou et al.'s own loss and the reference of the AURC claim
-TARGET, BASELINE = LABELS[-1], LABELS[0]
+#: the selective-risk loss as the authors' code computes it, and with its weights detached
+VARIANT_LABELS: tuple[str, ...] = tuple(lo.display for lo in sweep.SELECTIVE_VARIANT_LOSSES)
+#: the display labels (the ``loss_label`` column of a sweep's results): Table 1's, then the variants
+LABELS: tuple[str, ...] = tuple(lo.display for lo in ZHOU_TABLE_LOSSES) + VARIANT_LABELS
+#: Zhou et al.'s own loss as printed and the reference of the AURC claim
+TARGET, BASELINE = LABELS[len(ZHOU_TABLE_LOSSES) - 1], LABELS[0]
+#: every variant of their loss the page judges, the printed one first
+TARGETS: tuple[str, ...] = (TARGET, *VARIANT_LABELS)
+#: the six losses Zhou et al. compare their loss with (Table 1)
+BASELINES: tuple[str, ...] = LABELS[:len(ZHOU_TABLE_LOSSES) - 1]
+#: the dual focal loss of the comparison
+DUAL = LABELS[3]
 #: losses the cpu profile trains with the gradient norm clipped (:data:`focalcal.lab.sweep.CLIPPED_LOSSES`)
 CLIPPED_LABELS: frozenset[str] = frozenset(lo.display for lo in sweep.CLIPPED_LOSSES)
 
@@ -426,6 +436,68 @@ def aurc_claim(table: pd.DataFrame, scores: Mapping[str, str], *, prefix: str = 
 
 
 # --------------------------------------------------------------------------------------------
+# the claims as Zhou et al. wrote them, per variant of their loss, behind the failed-experiment rule
+# --------------------------------------------------------------------------------------------
+
+def failed_losses(table: pd.DataFrame, n_classes: int) -> list[str]:
+    """The losses of ``table`` (:func:`per_seed`) whose networks did not train:
+    :func:`focalcal_book.verdicts.untrained` on the mean test accuracy over seeds."""
+    return untrained(table.groupby("loss_label", sort=False)["accuracy"].mean().to_dict(), n_classes)
+
+
+def versus_baselines(table: pd.DataFrame, target: str, failed: Sequence[str] = ()) -> pd.DataFrame:
+    """The rows of ``target`` and of the :data:`BASELINES` that trained: what ``target`` is
+    compared with (the other variants of the selective-risk loss are not its competitors)."""
+    keep = [target, *(b for b in BASELINES if b not in failed)]
+    return table[table["loss_label"].isin(keep)]
+
+
+def _left_out(table: pd.DataFrame, failed: Sequence[str]) -> list[str]:
+    # a baseline that was run but did not train leaves the comparison incomplete: partly tested
+    return [NOT_TRAINED for b in BASELINES if b in failed and b in set(table["loss_label"])]
+
+
+def good_calibration(table: pd.DataFrame, target: str, failed: Sequence[str]) -> str:
+    """Sec. 5's "demonstrates good calibration performance compared to baseline methods" for
+    ``target``: :func:`competitive` in ECE and in cwECE before TS against the baselines that
+    trained, joined by :func:`focalcal_book.verdicts.combine`; :data:`NOT_TRAINED` when ``target``
+    did not train, partly tested when a baseline did not."""
+    def verdict() -> str:
+        sub = versus_baselines(table, target, failed)
+        return combine([competitive(sub, c, target=target)["verdict"] for c in ("ece_raw", "cwece_raw")]
+                       + _left_out(table, failed))
+    return gate([target], failed, verdict) if target in set(table["loss_label"]) else NOT_RUN
+
+
+def best_cwece(table: pd.DataFrame, target: str, failed: Sequence[str]) -> dict[str, Any]:
+    """App. E.3's "achieving the best cwECE in the majority of cases" for ``target``. A case is a
+    data set and network; in this table's one case ``target`` is the best when every seed's cwECE
+    (before TS) is below every seed's of each trained baseline (:func:`compare_ranges`), and
+    decidedly not when some baseline's seeds are all below its. The claim is a majority over cases
+    (:func:`focalcal_book.verdicts.majority`), so one case never resolves it. Returns ``verdict``
+    and ``case`` (the one case's verdict)."""
+    if target not in set(table["loss_label"]):
+        return {"verdict": NOT_RUN, "case": NOT_RUN}
+    if target in failed:
+        return {"verdict": NOT_TRAINED, "case": NOT_TRAINED}
+    sub = versus_baselines(table, target, failed)
+    t = _values(sub, target, "cwece_raw")
+    per = [compare_ranges(t, _values(sub, b, "cwece_raw")) for b in BASELINES if b in set(sub["loss_label"])]
+    case = HOLDS if per and all(v == HOLDS for v in per) else DOES_NOT_HOLD if DOES_NOT_HOLD in per else NOT_RESOLVED
+    verdict = majority([case == HOLDS], decided=[case != NOT_RESOLVED])
+    return {"verdict": combine([verdict, *_left_out(table, failed)]), "case": case}
+
+
+def ts_improves(table: pd.DataFrame, target: str, failed: Sequence[str]) -> str:
+    """App. E.3's "its calibration performance can be further enhanced with TS": ``target``'s
+    cwECE after TS below its cwECE before, seed by seed (:func:`focalcal_book.verdicts.paired`)."""
+    if target not in set(table["loss_label"]):
+        return NOT_RUN
+    g = table[table["loss_label"] == target]
+    return gate([target], failed, lambda: paired((g["cwece_ts"] - g["cwece_raw"]).to_numpy()))
+
+
+# --------------------------------------------------------------------------------------------
 # the mechanism: the logit gradient split by the product rule
 # --------------------------------------------------------------------------------------------
 
@@ -515,6 +587,27 @@ def initial_network_state(*, seed: int = 0, n: int | None = None, profile: str =
     net.train()
     with torch.no_grad():
         return net(x).double(), y
+
+
+def mechanism_table(profile: str, *, shrunk: bool = False) -> pd.DataFrame:
+    """:func:`gradient_decomposition` at initialisation (:func:`initial_network_state`) for every
+    variant of the selective-risk loss and every seed that ``profile`` trains it with, each with
+    the parameters of its run. One row per variant and seed: ``variant``, ``seed``, ``ce_norm``,
+    ``weight_norm``, ``ratio`` (weight over CE part), ``n_correct``, ``pushed_down``. Empty when
+    the profile trains no variant (the smoke profile) or is ``shrunk`` (the measurement is of the
+    profile's own network and data)."""
+    from focalcal.lab.profiles import get_profile
+
+    specs = [] if shrunk else [r for r in get_profile(profile).runs_of("comparison") if r.loss.display in TARGETS]
+    rows = []
+    for spec in specs:
+        z, y = initial_network_state(seed=spec.seed, profile=profile, label=spec.loss.display)
+        d = gradient_decomposition(z, y, **dict(spec.loss.params))
+        rows.append({"variant": spec.loss.display, "seed": spec.seed, "ce_norm": d["ce_norm"],
+                     "weight_norm": d["weight_norm"], "ratio": d["weight_norm"] / d["ce_norm"],
+                     "n_correct": d["n_correct"], "pushed_down": d["pushed_down"]})
+    return pd.DataFrame(rows, columns=["variant", "seed", "ce_norm", "weight_norm", "ratio", "n_correct",
+                                       "pushed_down"])
 
 
 # --------------------------------------------------------------------------------------------
