@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jupytext
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from myst_nb.core.variables import format_plain_text
@@ -31,6 +32,7 @@ from focalcal.lab.results import released as R
 from focalcal.posthoc import KK_TEMPERATURES, MUKHOTI_TEMPERATURES, TemperatureScaling
 from focalcal_book import printed
 from focalcal_book import released as rb
+from focalcal_book import verdicts as vd
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["released_mukhoti", "released_focal_ts", "released_zhou"]
@@ -421,3 +423,15 @@ def test_page_computes_its_numbers(shared_data_root, page):
         format_plain_text(plain, spec)  # what the build does: a numpy scalar's repr would fail here
     figures = len(re.findall(r"rb\.(?:forest_plot|reliability_row|aurc_plot)\(", source))
     assert images >= figures >= 1, f"{page}: {images} images for {figures} figures"
+
+
+def test_loss_verdicts_follow_the_books_one_rule():
+    intervals = pd.DataFrame({"loss": ["Brier", "Brier", "FLSD-53", "CE", "CE", "AURC", "AURC"],
+                              "verdict": ["better", "better", "better", "better", "worse",
+                                          "better", "indistinguishable"]})
+    v = rb.loss_verdicts(intervals).set_index("loss")["verdict"]
+    assert v["Brier"] == vd.HOLDS                  # better on both networks
+    assert v["FLSD-53"] == vd.NOT_RESOLVED         # one network never resolves a claim
+    assert v["CE"] == vd.DOES_NOT_HOLD             # a network where focal TS is worse decides
+    assert v["AURC"] == vd.NOT_RESOLVED
+    assert "**holds**" in rb.verdict_sentence(rb.loss_verdicts(intervals).iloc[0].to_dict())

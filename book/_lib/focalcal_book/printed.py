@@ -13,7 +13,6 @@ them, so each table is located by its section and by the line of its caption in 
 - Zhou et al. (2025), "Revisiting Reweighted Risk for Calibration": Table 1 (accuracy, ECE),
   Table 2 (cwECE, raw and after TS) and App. Table 4 (adaptive ECE, raw and after TS), row
   "CIFAR-10 ResNet50", columns XE, FL-53, Dual, KDE-XE and AURC; means over three seeds.
-- Komisarenko & Kull (2024), the claim about focal temperature scaling (Sec. 5.2 and Sec. 6).
 
 Every value is the number as printed (a percentage for Mukhoti's tables and Zhou's Table 1 and
 App. Table 4; ``x 10^2`` for Zhou's Table 2), with the number of decimals printed, which is the
@@ -24,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Source", "SOURCES", "MUKHOTI", "FL3_TEMPERATURE", "ZHOU", "KK_CLAIM", "printed_rows", "decimals"]
+__all__ = ["Source", "SOURCES", "MUKHOTI", "FL3_TEMPERATURE", "ZHOU", "printed_rows", "decimals"]
 
 
 @dataclass(frozen=True)
@@ -147,15 +146,6 @@ def _zhou() -> dict[str, dict[str, tuple[str, str]]]:
 
 #: network -> quantity -> (printed value as text, source key of :data:`SOURCES`)
 ZHOU: dict[str, dict[str, tuple[str, str]]] = _zhou()
-
-#: Komisarenko & Kull's (2024) claim, in their words, with where it is
-KK_CLAIM = {
-    "text": ("focal temperature scaling could noticeably improve ECE among all baseline models while "
-             "keeping the same accuracy"),
-    "where": "Sec. 5.2 (line 250 of the shared copy); again in Sec. 6 (line 318): 'a consistent "
-             "improvement in calibration over all trained models compared to standard temperature scaling'",
-}
-
 
 def decimals(text: str) -> int:
     """Decimals printed in ``text`` (``"1.08"`` -> 2, ``"1"`` -> 0)."""

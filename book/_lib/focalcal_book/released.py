@@ -23,8 +23,10 @@ from typing import Any
 
 import pandas as pd
 
+
 from focalcal import plotting
 from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
+from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, combine
 
 __all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "data_check", "network_label", "compare",
            "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "loss_verdicts", "verdict_sentence", "forest_plot",
@@ -215,8 +217,16 @@ def comparison_grid(long: pd.DataFrame, headers: Mapping[str, str], *, verdict: 
 # focal TS against TS
 # --------------------------------------------------------------------------------------------
 
+#: a network's bootstrap interval (better / worse / indistinguishable) as a verdict on "focal TS is better"
+_INTERVAL_VERDICT = {"better": HOLDS, "worse": DOES_NOT_HOLD, "indistinguishable": NOT_RESOLVED}
+
+
 def loss_verdicts(intervals: pd.DataFrame) -> pd.DataFrame:
-    """Per training loss: networks, and how many intervals say focal TS is better, worse or indistinguishable."""
+    """Per training loss: networks, how many intervals say focal TS is better, worse or
+    indistinguishable, and ``verdict``, K&K's claim for that loss by the book's one rule: each
+    network's interval is a part (:func:`focalcal_book.verdicts.combine`: a network where focal
+    TS is worse decides against it), and a single network never resolves a claim that holds (one
+    network, like one seed, shows no spread between networks)."""
     order = list(dict.fromkeys(intervals["loss"]))
     c = pd.crosstab(intervals["loss"], intervals["verdict"]).reindex(index=order, fill_value=0)
     for v in ("better", "worse", "indistinguishable"):
@@ -224,29 +234,22 @@ def loss_verdicts(intervals: pd.DataFrame) -> pd.DataFrame:
             c[v] = 0
     out = c[["better", "worse", "indistinguishable"]].reset_index()
     out.insert(1, "networks", out[["better", "worse", "indistinguishable"]].sum(axis=1))
-    out["claim holds"] = out["better"] == out["networks"]
+
+    def verdict(loss: str) -> str:
+        v = combine([_INTERVAL_VERDICT[x] for x in intervals.loc[intervals["loss"] == loss, "verdict"]])
+        return NOT_RESOLVED if v == HOLDS and int((intervals["loss"] == loss).sum()) < 2 else v
+
+    out["verdict"] = [verdict(lo) for lo in out["loss"]]
     return out
 
 
 def verdict_sentence(row: Mapping[str, Any]) -> str:
-    """One sentence for one row of :func:`loss_verdicts`."""
+    """One line for one row of :func:`loss_verdicts`: what the intervals found, and the verdict."""
     n = int(row["networks"])
     words = {"better": "significantly better on {}", "worse": "significantly worse on {}",
              "indistinguishable": "indistinguishable from TS on {}"}
-    if n == 1:
-        what = next(k for k in words if int(row[k]))
-        found = words[what].rsplit(" on", 1)[0]
-    else:
-        found = ", ".join(words[k].format(int(row[k])) for k in words if int(row[k]))
-    if row["claim holds"]:
-        tail = "the claim holds for this loss"
-    elif int(row["worse"]):
-        tail = "the claim fails for this loss (focal TS is significantly worse on a network)"
-    else:
-        k = int(row["indistinguishable"])
-        on = "" if n == 1 else f"on {k} of them "
-        tail = f"the claim is not supported for this loss ({on}the difference is within the test-set noise)"
-    return f"{row['loss']} ({n} network{'s' if n > 1 else ''}): focal TS {found}; {tail}."
+    found = ", ".join(words[k].format(int(row[k])) for k in words if int(row[k]))
+    return f"{row['loss']} ({n} network{'s' if n > 1 else ''}): focal TS {found}: **{row['verdict']}**."
 
 
 def kk_summary(rows: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
