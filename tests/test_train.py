@@ -604,3 +604,39 @@ def test_bad_record_subset(value):
 def test_bad_logits_epochs(value):
     with pytest.raises(ValueError, match="^logits_epochs"):
         TrainSettings(epochs=4, logits_epochs=value)
+
+
+# ---------------------------------------------------------------------- no host reads per step ---
+
+_HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy")
+
+
+def _host_reads_of_a_fit(monkeypatch, n_batches, **settings):
+    """How many times a one-epoch fit reads a tensor back to the host (the methods a read goes
+    through, counted by wrappers), with ``n_batches`` training batches."""
+    count = [0]
+    for name in _HOST_READS:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _method=method, **kwargs):
+            count[0] += 1
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    ld = make_loaders("gaussian_mixture", 16, seed=0, n=16 * n_batches, num_classes=3, dim=2)
+    net = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3))
+    # F.cross_entropy and SGD read nothing back (focalcal's losses check their input, which reads
+    # the labels' range and the loss; Adam reads its CPU step counter)
+    train(net, lambda z, y: nn.functional.cross_entropy(z, y), ld.train, val_loader=ld.val, epochs=1,
+          optimizer="sgd", lr=0.1, **settings)
+    monkeypatch.undo()
+    return count[0]
+
+
+@pytest.mark.parametrize("settings", [dict(progress=False), dict(progress=False, grad_norms=False),
+                                      dict(progress=True, clip_grad_norm=1.0)])
+def test_the_step_loop_reads_nothing_back_per_step(monkeypatch, settings):
+    # the per-epoch records read the epoch's tensors once; twice the steps must not add a read.
+    # progress=True on a "terminal" shows the bar, which used to read the running loss
+    monkeypatch.setattr(T.sys.stderr, "isatty", lambda: True, raising=False)
+    reads = [_host_reads_of_a_fit(monkeypatch, n, **settings) for n in (4, 8)]
+    assert reads[0] > 0 and reads[0] == reads[1]
