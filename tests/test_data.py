@@ -498,3 +498,90 @@ def test_published_logits_local_copy_still_loads(shared_logits_dir):
     assert logits.shape == (10_000, 10) and logits.dtype == torch.float64
     assert labels.shape == (10_000,) and int(labels.max()) == 9
     assert (logits.argmax(1) == labels).double().mean().item() == pytest.approx(0.906, abs=0.005)
+
+
+# ------------------------------------------------------------------ the device-resident data path ---
+
+def _all_crops_and_flips(img, padding=4):
+    """Every image RandomCrop(padding) + RandomHorizontalFlip + Normalize can make of ``img``,
+    by (top, left, flip), through torchvision's own functional ops."""
+    from torchvision.transforms.v2 import functional as TF
+    norm = D.image_transform("cifar10", False)
+    padded = TF.pad(img, [padding])
+    h, w = img.shape[-2:]
+    out = {}
+    for top in range(2 * padding + 1):
+        for left in range(2 * padding + 1):
+            crop = TF.crop(padded, top, left, h, w)
+            for flip in (0, 1):
+                out[norm(TF.horizontal_flip(crop) if flip else crop).numpy().tobytes()] = (top, left, flip)
+    return out
+
+
+def test_device_loader_augments_as_torchvision():
+    # one image drawn 8000 times by each path: every device-made image is one torchvision can make,
+    # and the two histograms over the 9 x 9 x 2 (top, left, flip) cells agree (chi-square
+    # contingency test); the flip frequency lies within 4 standard errors of 1/2
+    g = torch.Generator().manual_seed(0)
+    img = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g)
+    cells = _all_crops_and_flips(img)
+    assert len(cells) == 162  # a random image: no two crops alike
+    n = 8000
+    ds = D.ImageTensorDataset(img.expand(n, -1, -1, -1), torch.zeros(n, dtype=torch.int64),
+                              D.image_transform("cifar10", True, 32))
+    loader = D.DeviceLoader(ds, 1000, device="cpu", shuffle=True, generator=torch.Generator().manual_seed(1))
+    device_made = [cells[x.numpy().tobytes()] for xb, _ in loader for x in xb]
+    torch.manual_seed(2)  # torchvision draws from the global RNG
+    reference = [cells[ds[0][0].numpy().tobytes()] for _ in range(n)]
+    keys = sorted(cells.values())
+    table = np.array([[sum(1 for c in made if c == k) for k in keys] for made in (device_made, reference)])
+    assert table.sum() == 2 * n and (table[0] > 0).all()
+    assert scipy.stats.chi2_contingency(table).pvalue > 1e-3
+    flips = np.mean([c[2] for c in device_made])
+    assert abs(flips - 0.5) < 4 * math.sqrt(0.25 / n)
+    # and the offsets are not stuck: each of the 9 tops and lefts appears about n / 9 times
+    for axis in (0, 1):
+        counts = np.bincount([c[axis] for c in device_made], minlength=9)
+        assert scipy.stats.chisquare(counts).pvalue > 1e-3
+
+
+def test_device_loader_unaugmented_batches_equal_the_dataloaders():
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (50, 3, 8, 8), dtype=torch.uint8, generator=g)
+    ds = D.ImageTensorDataset(images, torch.arange(50) % 10, D.image_transform("cifar10", False))
+    sub = torch.utils.data.Subset(torch.utils.data.Subset(ds, list(range(5, 45))), list(range(0, 40, 3)))
+    for d in (ds, sub):
+        ref = list(torch.utils.data.DataLoader(d, batch_size=4))
+        dev = list(D.DeviceLoader(d, 4, device="cpu"))
+        assert len(dev) == len(ref)
+        for (xa, ya), (xb, yb) in zip(ref, dev):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    # a synthetic task's items (with the posterior) are stacked as they are
+    syn = D.get_dataset("gaussian_mixture", split="val", n=30, num_classes=3, dim=2, return_posterior=True)
+    for a, b in zip(torch.utils.data.DataLoader(syn, batch_size=7), D.DeviceLoader(syn, 7, device="cpu")):
+        assert len(a) == len(b) == 3 and all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_device_loader_shuffles_every_epoch_and_drops_last():
+    ds = D.get_dataset("gaussian_mixture", split="train", n=50, num_classes=3, dim=2)
+    loader = D.DeviceLoader(ds, 8, device="cpu", shuffle=True, drop_last=True,
+                            generator=torch.Generator().manual_seed(0))
+    epochs = [torch.cat([y for _, y in loader]) for _ in range(2)]
+    assert len(loader) == 6 and all(len(e) == 48 for e in epochs)
+    xs = [torch.cat([x for x, _ in loader]) for _ in range(2)]
+    assert not torch.equal(xs[0], xs[1])
+    rows = {tuple(r.tolist()) for r in ds.x}
+    for x in xs:  # 48 distinct samples of the data set each epoch
+        assert len({tuple(r.tolist()) for r in x} & rows) == 48
+
+
+def test_make_loaders_on_a_device_and_the_bad_transform():
+    ld = D.make_loaders("gaussian_mixture", 16, seed=0, n=64, num_classes=3, dim=2, device="cpu",
+                        train_eval=True)
+    assert all(isinstance(x, D.DeviceLoader) for x in (ld.train, ld.val, ld.test, ld.train_eval))
+    assert len(ld.train.dataset) == 64 and ld.train.batch_size == 16 and ld.val.batch_size == 256
+    from torchvision.transforms import v2
+    bad = D.ImageTensorDataset(torch.zeros(2, 1, 4, 4, dtype=torch.uint8), torch.zeros(2),
+                               v2.Compose([v2.RandomRotation(10)]))
+    with pytest.raises(ValueError, match="transform"):
+        D.DeviceLoader(bad, 2, device="cpu")

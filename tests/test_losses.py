@@ -1267,3 +1267,48 @@ def test_flsd_presets_are_named_classes_of_the_one_implementation():
     torch.testing.assert_close(L.FLSD53Loss(reduction="sum")(x, t), L.flsd_loss(x, t, reduction="sum"))
     with pytest.raises(ValueError, match="schedule"):
         L.make_loss("flsd53", schedule=L.FLSD532)
+
+
+# ------------------------------------------------------------------ the compiled (CUDA) path ---
+
+def test_the_compiled_path_is_chosen_on_cuda_only(monkeypatch):
+    from focalcal.losses import _core
+    assert _core.use_compiled(torch.device("cuda")) and _core.use_compiled(torch.device("cuda:1"))
+    assert not _core.use_compiled(torch.device("cpu"))
+
+    def refused(which):
+        raise AssertionError("the CPU must stay on the eager path")
+    monkeypatch.setattr(_core, "_compiled", refused)
+    z = torch.randn(8, 5, requires_grad=True)
+    L.focal_loss(z, torch.arange(8) % 5).backward()
+    assert z.grad is not None
+
+
+def test_the_compiled_path_equals_the_eager_one(monkeypatch):
+    # torch.compile (inductor) on the CPU, as it is on CUDA: the same values and gradients as the
+    # eager fused path, for focal (constant gamma), FLSD-53 (per-sample gamma), inverse focal, with
+    # ignored labels and every reduction, on logits up to +-1e4
+    from focalcal.losses import _core
+    g = torch.Generator().manual_seed(0)
+    z = 4 * torch.randn(64, 10, generator=g)
+    z[0, 0], z[1, 3] = 1e4, -1e4
+    t = torch.randint(0, 10, (64,), generator=g)
+    t[5] = -100
+    cases = [(lambda a, b, **k: L.focal_loss(a, b, gamma=3.0, **k), "mean"),
+             (lambda a, b, **k: L.flsd_loss(a, b, **k), "sum"),
+             (lambda a, b, **k: L.inverse_focal_loss(a, b, **k), "none")]
+    eager = []
+    for fn, red in cases:
+        x = z.clone().requires_grad_()
+        out = fn(x, t, reduction=red)
+        out.sum().backward()
+        eager.append((out.detach(), x.grad))
+    monkeypatch.setattr(_core, "COMPILED_DEVICE_TYPES", frozenset({"cpu"}))
+    monkeypatch.setattr(_core, "_COMPILED", {})
+    for (fn, red), (v, grad) in zip(cases, eager):
+        x = z.clone().requires_grad_()
+        out = fn(x, t, reduction=red)
+        out.sum().backward()
+        assert torch.allclose(out.detach(), v, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(x.grad, grad, rtol=1e-5, atol=1e-7) and torch.isfinite(x.grad).all()
+    assert set(_core._COMPILED) == {"forward", "backward"}  # the compiled path ran

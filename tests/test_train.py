@@ -604,3 +604,83 @@ def test_bad_record_subset(value):
 def test_bad_logits_epochs(value):
     with pytest.raises(ValueError, match="^logits_epochs"):
         TrainSettings(epochs=4, logits_epochs=value)
+
+
+# ---------------------------------------------------------------------- no host reads per step ---
+
+_HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy")
+
+
+def _host_reads_of_a_fit(monkeypatch, n_batches, **settings):
+    """How many times a one-epoch fit reads a tensor back to the host (the methods a read goes
+    through, counted by wrappers), with ``n_batches`` training batches."""
+    count = [0]
+    for name in _HOST_READS:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _method=method, **kwargs):
+            count[0] += 1
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    ld = make_loaders("gaussian_mixture", 16, seed=0, n=16 * n_batches, num_classes=3, dim=2)
+    net = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3))
+    # F.cross_entropy and SGD read nothing back (focalcal's losses check their input, which reads
+    # the labels' range and the loss; Adam reads its CPU step counter)
+    train(net, lambda z, y: nn.functional.cross_entropy(z, y), ld.train, val_loader=ld.val, epochs=1,
+          optimizer="sgd", lr=0.1, **settings)
+    monkeypatch.undo()
+    return count[0]
+
+
+@pytest.mark.parametrize("settings", [dict(progress=False), dict(progress=False, grad_norms=False),
+                                      dict(progress=True, clip_grad_norm=1.0)])
+def test_the_step_loop_reads_nothing_back_per_step(monkeypatch, settings):
+    # the per-epoch records read the epoch's tensors once; twice the steps must not add a read.
+    # progress=True on a "terminal" shows the bar, which used to read the running loss
+    monkeypatch.setattr(T.sys.stderr, "isatty", lambda: True, raising=False)
+    reads = [_host_reads_of_a_fit(monkeypatch, n, **settings) for n in (4, 8)]
+    assert reads[0] > 0 and reads[0] == reads[1]
+
+
+# ------------------------------------------------------------- device-resident data, eval batches ---
+
+def test_device_loaders_train_and_resume_as_an_uninterrupted_run(tmp_path):
+    # the device path on the CPU: a run cut in its second epoch and resumed equals an uninterrupted
+    # one (the loader's generator, which draws the order, is checkpointed)
+    def loaders(seed):
+        return make_loaders("gaussian_mixture", 32, seed=seed, device="cpu", **DATA)
+    ld = loaders(0)
+    full = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
+                 epochs=2, seed=1, out_dir=tmp_path / "full", **SGD)
+    with pytest.raises(KeyboardInterrupt):
+        train(DropoutNet(), KilledLoss(9), ld.train, val_loader=ld.val, test_loader=ld.test,
+              epochs=2, seed=1, out_dir=tmp_path / "cut", **SGD)
+    ld = loaders(99)
+    resumed = train(DropoutNet(seed=5), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val,
+                    test_loader=ld.test, epochs=2, seed=123, out_dir=tmp_path / "cut", **SGD)
+    assert resumed.resumed_from == 1
+    assert torch.equal(full.test_logits, resumed.test_logits)
+    assert _strip_time(full.history) == _strip_time(resumed.history)
+    assert full.history[-1]["train_n"] == DATA["n"]  # every training sample, once per epoch
+
+
+def test_eval_batch_size_changes_no_recorded_number(tmp_path):
+    # the evaluation passes in batches of 16 or of 1000 (all at once): the same records and logits.
+    # float32 logits can differ in their last bits between batch sizes (another blocking of the
+    # matrix products); the records are float64 statistics of them, equal to 1e-6 relative
+    runs = []
+    for ebs in (16, 1000):
+        ld = make_loaders("fashion_mnist", 32, seed=0, eval_batch_size=ebs,
+                          subset={"train": 128, "val": 300, "test": 300})
+        runs.append(train(make_model("cnn", 10, 1, seed=0), nn.CrossEntropyLoss(), ld.train,
+                          val_loader=ld.val, test_loader=ld.test, epochs=2, optimizer="adam", lr=1e-3,
+                          progress=False))
+    a, b = (_strip_time(r.history) for r in runs)
+    assert torch.allclose(runs[0].test_logits, runs[1].test_logits, rtol=1e-5, atol=1e-6)
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            if isinstance(ra[k], float):
+                assert ra[k] == pytest.approx(rb[k], rel=1e-6, abs=1e-9), k
+            else:
+                assert ra[k] == rb[k], k

@@ -415,7 +415,8 @@ class Trainer:
         Keep ``checkpoint.pt`` after the run (lets a later run extend ``epochs``).
     progress : bool
         Print one line per epoch (training loss, validation NLL, ECE and accuracy, seconds) and,
-        on a terminal, show a tqdm bar over each epoch's batches with the running loss.
+        on a terminal, show a tqdm bar over each epoch's batches (a count: the steps read nothing
+        back from the device).
     hooks : LossHooks, optional
         Default: :meth:`LossHooks.of` ``(loss_fn)``.
 
@@ -617,8 +618,11 @@ class Trainer:
             total = len(self.loaders.train)  # type: ignore[arg-type]
         except TypeError:
             total = None
-        log_every = max(1, (total or 100) // 20)
-        # a bar only on a terminal: elsewhere (a notebook's output, a log file) its redraws pile up
+        # a bar only on a terminal: elsewhere (a notebook's output, a log file) its redraws pile up.
+        # It counts batches only: the step loop never reads a tensor back to the host (no .item(),
+        # float(), .cpu(), .tolist()), so a CUDA step is queued without waiting for the last one;
+        # the loss, the logits and the gradient norms stay on the device and are read once, after
+        # the pass (the epoch's line shows the loss)
         show_bar = self.progress and sys.stderr.isatty()
         bar = tqdm(self.loaders.train, total=total, disable=not show_bar, leave=False,
                    desc=f"epoch {epoch + 1}/{s.epochs}", dynamic_ncols=True)
@@ -636,9 +640,6 @@ class Trainer:
                 label_chunks.append(y)
                 if s.grad_norms and logits.grad is not None and self.features.features is not None:
                     gnorm_chunks.append(last_layer_grad_norms(logits.grad, self.features.features))
-            if show_bar and n_batches % log_every == 0:
-                acc = float((logits.detach().argmax(-1) == y).float().mean())
-                bar.set_postfix(loss=f"{float(loss_sum) / n_batches:.4f}", acc=f"{acc:.3f}")
         bar.close()
         if dev.type == "cuda":  # the queued kernels belong to this pass's time
             torch.cuda.synchronize(dev)

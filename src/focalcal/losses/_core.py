@@ -30,6 +30,13 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: ``g - exp(log p) * rowsum(g)``; the tests switch this off to run both paths
 USE_PRIVATE_LOG_SOFTMAX_BACKWARD = hasattr(torch, "_log_softmax_backward_data")
 
+#: the device types on which the fused function runs its arithmetic through ``torch.compile``
+#: (:func:`use_compiled`): on CUDA the eager forward and backward are some fifteen small kernel
+#: launches, each longer than its arithmetic at the papers' batch sizes; the compiled ones fuse them.
+#: The CPU keeps the eager path (its kernels are vectorised and a compilation costs seconds to
+#: minutes); the tests add ``"cpu"`` to check the compiled path against the eager one
+COMPILED_DEVICE_TYPES: frozenset[str] = frozenset({"cuda"})
+
 
 # --------------------------------------------------------------------------------------------
 # parameter checks shared by the functions and their modules
@@ -208,16 +215,17 @@ class _FusedLogProbLoss(torch.autograd.Function):
     def forward(ctx: Any, logits: Tensor,
                 index: Tensor | Picker, phi: Phi, valid: Tensor | None,
                 scale: float | None) -> Tensor:
-        logp = torch.log_softmax(logits, dim=1)
         scratch = None
-        if callable(index):
-            index, aux, scratch = index(logp)
+        ctx.compiled = not callable(index) and use_compiled(logits.device)
+        if ctx.compiled:
+            logp, loss, dphi = _compiled("forward")(logits, index, phi, valid)
         else:
-            aux = None
-        loss, dphi = phi(logp.gather(1, index), aux)
-        if valid is not None:
-            loss = torch.where(valid, loss, torch.zeros_like(loss))
-            dphi = torch.where(valid.unsqueeze(1), dphi, torch.zeros_like(dphi))
+            logp = torch.log_softmax(logits, dim=1)
+            if callable(index):
+                index, aux, scratch = index(logp)
+            else:
+                aux = None
+            loss, dphi = _masked(*phi(logp.gather(1, index), aux), valid)
         ctx.save_for_backward(logp, index, dphi)
         ctx.scratch, ctx.scale = scratch, scale
         return loss if scale is None else loss.sum() * scale
@@ -227,11 +235,52 @@ class _FusedLogProbLoss(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         logp, index, dphi = ctx.saved_tensors
         c = dphi * grad_out.unsqueeze(1) if ctx.scale is None else dphi * (grad_out * ctx.scale)
+        if ctx.compiled:
+            return _compiled("backward")(logp, index, c), None, None, None, None
         # G = sum_a c_ia e_{idx_ia}; the gradient is log_softmax's backward applied to G
         g = torch.zeros_like(logp) if ctx.scratch is None else ctx.scratch.zero_()
         ctx.scratch = None
         g.scatter_add_(1, index, c)
         return log_softmax_backward(g, logp), None, None, None, None
+
+
+def _masked(loss: Tensor, dphi: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor]:
+    if valid is not None:
+        loss = torch.where(valid, loss, torch.zeros_like(loss))
+        dphi = torch.where(valid.unsqueeze(1), dphi, torch.zeros_like(dphi))
+    return loss, dphi
+
+
+def use_compiled(device: torch.device) -> bool:
+    """Whether the fused function runs through ``torch.compile`` on ``device``: its type is in
+    :data:`COMPILED_DEVICE_TYPES` (CUDA). A loss whose columns are picked inside the forward
+    (dual focal) stays eager everywhere."""
+    return device.type in COMPILED_DEVICE_TYPES
+
+
+def _forward_arithmetic(logits: Tensor, index: Tensor, phi: Phi, valid: Tensor | None
+                        ) -> tuple[Tensor, Tensor, Tensor]:
+    logp = torch.log_softmax(logits, dim=1)
+    loss, dphi = _masked(*phi(logp.gather(1, index), None), valid)
+    return logp, loss, dphi
+
+
+def _backward_arithmetic(logp: Tensor, index: Tensor, c: Tensor) -> Tensor:
+    g = torch.zeros_like(logp).scatter_add_(1, index, c)
+    return g - torch.exp(logp) * g.sum(1, keepdim=True)
+
+
+_COMPILED: dict[str, Callable[..., Any]] = {}
+
+
+def _compiled(which: str) -> Callable[..., Any]:
+    """The ``torch.compile``\\ d forward or backward arithmetic, compiled on first use (``phi`` is
+    traced into the graph; Dynamo recompiles for another ``phi`` code or closure value, e.g. another
+    ``gamma``, and for other shapes)."""
+    if which not in _COMPILED:
+        fn = _forward_arithmetic if which == "forward" else _backward_arithmetic
+        _COMPILED[which] = torch.compile(fn, dynamic=False)
+    return _COMPILED[which]
 
 
 def log_softmax_backward(g: Tensor, logp: Tensor) -> Tensor:

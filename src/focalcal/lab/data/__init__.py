@@ -70,7 +70,7 @@ from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_FILES, NO
                      TINY_IMAGENET_URL, ImageFileDataset, ImageTensorDataset, Normalize, data_root,
                      image_transform, prepare_fashion_mnist, read_cifar, read_svhn, read_tiny_imagenet,
                      tiny_imagenet_val_mask, train_val_indices)
-from .loaders import Loaders, make_loaders, seed_worker
+from .loaders import DeviceLoader, Loaders, make_loaders, seed_worker
 from .published import (CACHE_ENV, LOGITS_ENV, PUBLISHED_LOSSES, PUBLISHED_SHA256, DataUnavailableError,
                         cache_dir, published_logits, published_logits_path)
 from .released import (LOGITS_ROOT_ENV, MUKHOTI_FOLDER, RELEASED, ZHOU_FOLDER, ReleasedFile, ReleasedNetwork,
@@ -81,6 +81,7 @@ from .synthetic import SPLITS, GaussianMixture, SyntheticDataset, charoenphakdee
 __all__ = [
     # registry and loaders
     "DATASETS", "DatasetInfo", "dataset_info", "get_dataset", "make_loaders", "Loaders", "seed_worker",
+    "DeviceLoader",
     "SPLITS", "SYNTHETIC_SIZES",
     # synthetic tasks
     "GaussianMixture", "charoenphakdee_1d_task", "gaussian_mixture_task", "SyntheticDataset",

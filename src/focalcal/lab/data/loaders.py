@@ -1,4 +1,14 @@
-"""Seeded train / validation / test loaders (:func:`make_loaders`)."""
+"""Seeded train / validation / test loaders (:func:`make_loaders`).
+
+Two kinds: :class:`torch.utils.data.DataLoader`\\ s (the default: items transformed one at a time,
+optionally in worker processes), or, with ``make_loaders(..., device=dev)``, :class:`DeviceLoader`\\ s,
+which keep a whole split on ``dev`` as one tensor (CIFAR's 45 000 training images are 138 MB as
+``uint8``) and make each batch there with batched tensor ops: indexing, the random crop (padding
+4) and horizontal flip of :func:`~focalcal.lab.data.images.image_transform` as one gather, and the
+normalisation. The augmentation draws from the loader's ``generator`` (the crop offsets uniform,
+the flip with probability 0.5: torchvision's distribution) once per epoch, on the CPU, and moves
+the draws to the device in one copy, so a GPU step waits for no input pipeline.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +20,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 
 from ..._validation import check_int
+from .images import ImageTensorDataset, Normalize
 from .registry import DatasetInfo, dataset_info, get_dataset
 from .synthetic import SPLITS
 
-__all__ = ["seed_worker", "Loaders", "make_loaders", "resolve_num_workers"]
+__all__ = ["seed_worker", "Loaders", "make_loaders", "resolve_num_workers", "DeviceLoader"]
 
 #: the most worker processes ``num_workers="auto"`` starts on a GPU: CIFAR's per-sample crop and
 #: flip of in-memory tensors keeps up with a ResNet-50 step on one GPU with far fewer
@@ -59,15 +70,150 @@ def seed_worker(worker_id: int) -> None:
     random.seed(s)
 
 
+class _Augment(NamedTuple):
+    """``RandomCrop(size, padding)`` then ``RandomHorizontalFlip(flip)``, as parameters."""
+
+    size: tuple[int, int]
+    padding: int
+    flip: float
+
+
+def _transform_parts(transform: Any) -> tuple[Normalize, _Augment | None]:
+    """The :class:`Normalize` and the augmentation of an :func:`image_transform` result."""
+    if isinstance(transform, Normalize):
+        return transform, None
+    from torchvision.transforms import v2
+    parts = list(getattr(transform, "transforms", ()))
+    if (isinstance(transform, v2.Compose) and len(parts) == 3 and isinstance(parts[0], v2.RandomCrop)
+            and isinstance(parts[1], v2.RandomHorizontalFlip) and isinstance(parts[2], Normalize)):
+        crop, flip, norm = parts
+        pads = list(crop.padding or [0])
+        if (len(set(pads)) == 1 and crop.padding_mode == "constant" and crop.fill in (0, {None: 0})
+                and not crop.pad_if_needed):
+            return norm, _Augment(tuple(crop.size), int(pads[0]), float(flip.p))
+    raise ValueError(f"a device loader reproduces the transforms of image_transform (Normalize, or "
+                     f"RandomCrop with equal constant padding, RandomHorizontalFlip and Normalize); "
+                     f"the dataset's transform is {transform!r}")
+
+
+class DeviceLoader:
+    """A split held on ``device`` as one tensor; batches made there (see the module docstring).
+
+    Iterating yields ``(inputs, labels, ...)`` batches on ``device``, as a
+    :class:`~torch.utils.data.DataLoader` over ``dataset`` would: for an
+    :class:`~focalcal.lab.data.images.ImageTensorDataset` the ``uint8`` images are kept and
+    cropped, flipped and normalised per batch (the same arithmetic as its transform: an
+    unaugmented batch equals the DataLoader's bit for bit); any other dataset (a synthetic task's,
+    ``Subset``\\ s of either) is stacked once as its items are, so its transform must not be random.
+
+    Parameters
+    ----------
+    dataset : Dataset
+    batch_size : int
+    device : str or torch.device
+    shuffle : bool
+        A new order every epoch, drawn from ``generator`` (the trainer seeds and checkpoints it).
+    generator : torch.Generator, optional
+        A CPU generator for the order and the augmentation (default: a fresh one, seed 0).
+    drop_last : bool
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.lab.data import DeviceLoader, get_dataset
+    >>> ds = get_dataset("gaussian_mixture", split="val", n=10, num_classes=3, dim=2)
+    >>> x, y = next(iter(DeviceLoader(ds, 4, device="cpu")))
+    >>> x.shape, y.tolist() == ds.targets[:4].tolist()
+    (torch.Size([4, 2]), True)
+    """
+
+    num_workers = 0
+    pin_memory = False
+
+    def __init__(self, dataset: Dataset, batch_size: int, *, device: str | torch.device,
+                 shuffle: bool = False, generator: torch.Generator | None = None,
+                 drop_last: bool = False) -> None:
+        self.dataset = dataset
+        self.batch_size = check_int(batch_size, "batch_size")
+        self.device = torch.device(device)
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        base, index = dataset, None
+        while isinstance(base, Subset):  # a Subset of a Subset: compose the indices
+            sub = torch.as_tensor(base.indices, dtype=torch.int64)
+            index, base = (sub if index is None else sub[index]), base.dataset
+        self.augment: _Augment | None = None
+        if isinstance(base, ImageTensorDataset):
+            norm, self.augment = _transform_parts(base.transform)
+            images, targets = base.images, base.targets
+            if index is not None:
+                images, targets = images[index], targets[index]
+            self.tensors = [images.to(self.device), targets.to(self.device)]
+            self.mean, self.std = (v.view(1, -1, 1, 1).to(self.device) for v in (norm.mean, norm.std))
+        else:
+            # the items as a DataLoader collates them (a synthetic task's: inputs, labels[, posterior])
+            items = default_collate([dataset[i] for i in range(len(dataset))])
+            self.tensors = [t.to(self.device) for t in items]
+            self.mean = self.std = None
+        self.n = int(self.tensors[0].shape[0])
+        if self.augment is not None and self.augment.size != tuple(self.tensors[0].shape[-2:]):
+            raise ValueError(f"a device loader crops to the images' own size; the transform crops "
+                             f"{tuple(self.tensors[0].shape[-2:])} images to {self.augment.size}")
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+
+    def _draws(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The epoch's order, crop offsets ``(N, 2)`` (top, left) and flips ``(N,)`` on the device."""
+        g = self.generator
+        order = torch.randperm(self.n, generator=g) if self.shuffle else torch.arange(self.n)
+        offsets = flips = None
+        if self.augment is not None:
+            offsets = torch.randint(0, 2 * self.augment.padding + 1, (self.n, 2), generator=g)
+            flips = torch.rand(self.n, generator=g) < self.augment.flip
+            offsets, flips = offsets.to(self.device, non_blocking=True), flips.to(self.device, non_blocking=True)
+        return order.to(self.device, non_blocking=True), offsets, flips
+
+    def augmented(self, idx: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
+        """The images ``idx`` cropped at ``offsets`` (top, left; in the padded image) and flipped
+        where ``flips``: ``uint8`` ``(B, C, H, W)``, zero where the crop covers the padding."""
+        images, pad = self.tensors[0], self.augment.padding
+        h, w = images.shape[-2:]
+        rows = offsets[:, :1] - pad + torch.arange(h, device=self.device)
+        ar = torch.arange(w, device=self.device)
+        cols = offsets[:, 1:] - pad + torch.where(flips[:, None], w - 1 - ar, ar)
+        inside = (((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :])
+        # one gather: (B, H, W, C), the advanced indices first
+        x = images[idx[:, None, None], :, rows.clamp(0, h - 1)[:, :, None], cols.clamp(0, w - 1)[:, None, :]]
+        x = x * inside[..., None]
+        return x.permute(0, 3, 1, 2).contiguous()
+
+    def __iter__(self):
+        order, offsets, flips = self._draws()
+        stop = len(self) * self.batch_size if self.drop_last else self.n
+        for start in range(0, stop, self.batch_size):
+            idx = order[start:start + self.batch_size]
+            if self.mean is None:
+                yield tuple(t[idx] for t in self.tensors)
+                continue
+            if self.augment is not None:
+                x = self.augmented(idx, offsets[start:start + self.batch_size],
+                                   flips[start:start + self.batch_size])
+            else:
+                x = self.tensors[0][idx]
+            # Normalize's arithmetic: the same values as the per-item transform
+            yield (x.to(torch.float32) / 255.0 - self.mean) / self.std, self.tensors[1][idx]
+
+
 class Loaders(NamedTuple):
     """What :func:`make_loaders` returns."""
 
-    train: DataLoader
-    val: DataLoader
-    test: DataLoader
+    train: DataLoader | DeviceLoader
+    val: DataLoader | DeviceLoader
+    test: DataLoader | DeviceLoader
     info: DatasetInfo
     #: the training samples in a fixed order, never augmented (``make_loaders(train_eval=True)``)
-    train_eval: DataLoader | None = None
+    train_eval: DataLoader | DeviceLoader | None = None
 
 
 def _subset_size(subset: int | Mapping[str, int] | None, split: str) -> int | None:
@@ -86,7 +232,8 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
                  eval_batch_size: int | None = None, num_workers: int = 0, seed: int = 0,
                  subset: int | Mapping[str, int] | None = None, augment: bool = True,
                  download: bool = True, pin_memory: bool | None = None, drop_last: bool = False,
-                 train_eval: bool = False, **dataset_kwargs: Any) -> Loaders:
+                 train_eval: bool = False, device: str | torch.device | None = None,
+                 **dataset_kwargs: Any) -> Loaders:
     """Train / val / test loaders for a dataset of :data:`DATASETS`.
 
     Parameters
@@ -115,6 +262,12 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
     train_eval : bool
         Also return ``Loaders.train_eval``: the same training samples, unshuffled, unaugmented and
         in evaluation batches, for the trainer's ``train_eval_loader`` (training-set logits).
+    device : str or torch.device, optional
+        Keep every split on this device and make the batches there: :class:`DeviceLoader`\\ s
+        (``num_workers`` and ``pin_memory`` then do nothing). The training loader's ``generator``
+        draws the order and the augmentation, so a seeded run is reproducible and resumable, with
+        the same augmentation distribution as the DataLoaders but another random stream. Default:
+        :class:`~torch.utils.data.DataLoader`\\ s.
     """
     info = dataset_info(name)
     bs = check_int(batch_size, "batch_size")
@@ -135,6 +288,10 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
         ds = split_data(split, augment and split == "train")
         is_train = split == "train"
         gen = torch.Generator().manual_seed(int(seed)) if is_train else None
+        if device is not None:
+            loaders[split] = DeviceLoader(ds, bs if is_train else ebs, device=device, shuffle=is_train,
+                                          generator=gen, drop_last=drop_last and is_train)
+            continue
         loaders[split] = DataLoader(
             ds, batch_size=bs if is_train else ebs, shuffle=is_train, generator=gen,
             num_workers=num_workers, worker_init_fn=seed_worker if num_workers else None,
@@ -150,7 +307,11 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
     if train_eval:
         # a generator of its own: without one, every pass would draw the workers' base seed from
         # torch's global RNG, and the trainer makes this pass at some epochs only
-        clean = DataLoader(split_data("train", False), batch_size=ebs, shuffle=False,
-                           generator=torch.Generator().manual_seed(int(seed)), num_workers=num_workers,
-                           worker_init_fn=seed_worker if num_workers else None, pin_memory=bool(pin_memory))
+        if device is not None:
+            clean = DeviceLoader(split_data("train", False), ebs, device=device)
+        else:
+            clean = DataLoader(split_data("train", False), batch_size=ebs, shuffle=False,
+                               generator=torch.Generator().manual_seed(int(seed)), num_workers=num_workers,
+                               worker_init_fn=seed_worker if num_workers else None,
+                               pin_memory=bool(pin_memory))
     return Loaders(loaders["train"], loaders["val"], loaders["test"], info, clean)
