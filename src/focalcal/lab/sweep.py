@@ -469,7 +469,8 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     if progress:
         subset = f" matching {only!r}" if only is not None else ""
         print(f"profile {profile!r}: {len(runs)} runs{subset}, {len(runs) - len(todo)} already done, "
-              f"{len(todo)} to run ({executor}, {jobs} at a time) -> {out}", flush=True)
+              f"{len(todo)} to run ({executor}{f', {jobs} at a time' if executor == 'local' else ''}) -> {out}",
+              flush=True)
     if todo and executor == "local":
         failures = _run_local(todo, out, jobs, progress)
     elif todo:
