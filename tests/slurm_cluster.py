@@ -99,8 +99,9 @@ class SlurmCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            # the clients and daemons reach this munged, not a system one
-            f"AuthInfo=socket={f / 'munge' / 'munge.socket'}",
+            # the clients and daemons reach this munged, not a system one; a requeued job waits
+            # cred_expire seconds before it starts again (SLURM's default: 120)
+            f"AuthInfo=socket={f / 'munge' / 'munge.socket'},cred_expire=20",
             f"StateSaveLocation={f / 'state'}",
             f"SlurmdSpoolDir={f / 'spool'}",
             f"SlurmctldPidFile={f / 'slurmctld.pid'}",

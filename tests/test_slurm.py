@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -64,6 +66,48 @@ def test_local_dry_run_lists_no_submission(capsys, tmp_path):
     assert sweep.main(["--profile", "smoke", "--dry-run", "--out", str(tmp_path), "--only", "charoen*"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         f"profile 'smoke': 2 runs, 0 already done, 2 to run (local) -> {tmp_path}"]
+
+
+class FakeJob:
+    """What slurm.wait reads of a submitit job: its id, result file, log, result()."""
+
+    def __init__(self, folder: Path, job_id: str, outcome: str | None) -> None:
+        self.job_id, self.outcome = job_id, outcome
+        self.paths = SimpleNamespace(result_pickle=folder / f"{job_id}_result.pkl", stderr=folder / f"{job_id}.err")
+
+    def finish(self) -> None:
+        self.paths.result_pickle.write_text(self.outcome or "")
+
+    def result(self):
+        if self.outcome == "error":  # submitit's message, the run's traceback between two rules
+            raise RuntimeError("Job (task=0) failed during processing with trace:\n----------------------\n"
+                               "Traceback (most recent call last):\n  ...\nValueError: gama is not a parameter\n"
+                               "----------------------\nYou can check full logs ... at paths:\n  - a.err\n  - a.out")
+        return {}
+
+
+def test_wait_reports_each_job_as_it_ends(tmp_path):
+    ok, failed, cancelled, requeued = jobs = [FakeJob(tmp_path, f"7_{i}", outcome) for i, outcome in
+                                              enumerate(("success", "error", None, "success"))]
+    polls = []
+
+    def queue(ids):  # squeue: the cancelled job leaves after the first poll, the requeued one stays
+        polls.append(sorted(ids))
+        if len(polls) == 1:
+            ok.finish()
+            failed.finish()
+            return {"7_0", "7_1", "7_2", "7_3"}
+        if len(polls) == 4:
+            requeued.finish()  # its result appears while squeue still lists it
+        return {"7_3"}
+
+    ended = []
+    slurm.wait(jobs, True, lambda i, err: ended.append((i, err)), queue=queue, poll_s=0.01, max_poll_s=0.01)
+    assert ended == [(0, None), (1, f"ValueError: gama is not a parameter (log: {failed.paths.stderr})"),
+                     (2, f"SLURM job 7_2 left the queue without a result (cancelled, or killed at its "
+                         f"time limit) (log: {cancelled.paths.stderr})"), (3, None)]
+    # a job missing from one poll alone is not taken for gone; none is queried once it has ended
+    assert polls == [["7_0", "7_1", "7_2", "7_3"], ["7_2", "7_3"], ["7_2", "7_3"], ["7_3"]]
 
 
 # ------------------------------------------------------------------------- a real cluster ---
@@ -176,12 +220,12 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
         log.close()
     first = (tmp_path / "sweep.log").read_text()
     assert "1 of 2 runs failed" in first, first[-3000:]
-    assert (f"- {cancelled.run_id}: SLURM job {array}_0 left the queue without a result (cancelled, or "
-            f"killed at its time limit)") in first
+    # the cancelled run's cause (SLURM's SIGTERM killed its kernel first) and its log
+    assert re.search(rf"^- {re.escape(cancelled.run_id)}: .+ \(log: \S+/{array}_0_0_log\.err\)$", first, re.M), first
     # the signalled run: requeued once by submitit, resumed from its checkpoint, finished
     show = slurm_cluster.run("scontrol", "show", "job", f"{array}_1")
     assert "Restarts=1" in show and "JobState=COMPLETED" in show, show
-    submitit_log = "".join(p.read_text() for p in (out / "submitit").glob(f"{array}_1/*.err"))
+    submitit_log = "".join(p.read_text() for p in (out / "submitit").glob(f"{array}_1/*_log.*"))
     assert "Calling checkpoint method" in submitit_log and f"Requeued job {array}_1" in submitit_log
     assert epochs_in(requeued_dir) == list(range(1, SLOW_EPOCHS + 1))
     nb = (requeued_dir / "train_classifier.ipynb").read_text()

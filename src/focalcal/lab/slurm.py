@@ -117,6 +117,15 @@ def in_queue(job_ids: Sequence[str]) -> set[str] | None:
     return set(proc.stdout.split()) & set(job_ids)
 
 
+def _cause(err: Exception) -> str:
+    """The last line of the run's traceback in submitit's error (between its two rules of
+    dashes), else the error's last line."""
+    text = str(err)
+    parts = text.split("\n----------------------\n")
+    lines = [line.strip() for line in (parts[1] if len(parts) >= 3 else text).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
 def wait(jobs: Sequence[submitit.Job], on_slurm: bool, finished: Callable[[int, str | None], None],
          *, queue: Callable[[Sequence[str]], set[str] | None] = in_queue, poll_s: float = 1.0,
          max_poll_s: float = 30.0) -> None:
@@ -137,9 +146,7 @@ def wait(jobs: Sequence[submitit.Job], on_slurm: bool, finished: Callable[[int, 
                 try:
                     job.result()
                 except Exception as err:  # noqa: BLE001 - a failed run is reported, the others go on
-                    # submitit's message ends with the run's traceback, whose last line is the cause
-                    lines = [line for line in str(err).splitlines() if line.strip()]
-                    finished(i, lines[-1] if lines else type(err).__name__)
+                    finished(i, f"{_cause(err)} (log: {job.paths.stderr})")
                 else:
                     finished(i, None)
         if on_slurm and left:
@@ -151,7 +158,7 @@ def wait(jobs: Sequence[submitit.Job], on_slurm: bool, finished: Callable[[int, 
                     if not left[i].paths.result_pickle.exists():
                         job = left.pop(i)
                         finished(i, f"SLURM job {job.job_id} left the queue without a result "
-                                    f"(cancelled, or killed at its time limit); its log: {job.paths.stderr}")
+                                    f"(cancelled, or killed at its time limit) (log: {job.paths.stderr})")
                 gone_once = gone
         if left:
             time.sleep(min(max_poll_s, max(poll_s, (time.monotonic() - t0) / 20)))
