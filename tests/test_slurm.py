@@ -60,6 +60,17 @@ def test_arrays_hold_at_most_max_array_runs():
     (one,) = slurm.plan(runs[:1])
     assert one.startswith("sbatch 1: 1 run (one job (not an array)), per run: time=1440 min")
     assert slurm.parameters({"cpus_per_task": 2}) == {**slurm.DEFAULTS, "cpus_per_task": 2}
+    assert "slurm_gpus_per_node" not in slurm.parameters({"slurm_gpus_per_node": 0})
+    for name, bad in (("timeout_min", 0), ("cpus_per_task", 2.5), ("slurm_gpus_per_node", -1),
+                      ("slurm_array_parallelism", 0)):
+        with pytest.raises(ValueError, match=f"{name} must be an integer >= "):
+            slurm.parameters({name: bad})
+
+
+def test_bad_slurm_option_is_one_error_line(capsys, tmp_path):
+    assert sweep.main(["--profile", "smoke", "--executor", "slurm", "--dry-run", "--out", str(tmp_path),
+                       "--slurm-array-parallelism", "0"]) == 1
+    assert capsys.readouterr().err == "error: slurm_array_parallelism must be an integer >= 1, got 0\n"
 
 
 def test_local_dry_run_lists_no_submission(capsys, tmp_path):
@@ -148,8 +159,14 @@ def test_smoke_runs_on_slurm_as_locally(slurm_cluster, smoke_runs, tmp_path):
     assert len(runs) == 2
     # one sbatch: one job array, its tasks 0 and 1
     assert "sbatch 1: 2 runs (--array=0-1%2)" in proc.stdout and "sbatch 2" not in proc.stdout
-    tasks = sorted(d.name for d in (out / "submitit").iterdir() if d.is_dir())
-    assert len({t.split("_")[0] for t in tasks}) == 1 and [t.split("_")[1] for t in tasks] == ["0", "1"]
+    folders = sorted(d.name for d in (out / "submitit").iterdir() if d.is_dir())
+    (array,) = [f for f in folders if "_" not in f]
+    assert folders == [array, f"{array}_0", f"{array}_1"]
+    # the script submitit gave sbatch: the array, the resources, SLURM's signal before the time limit
+    script = (out / "submitit" / array / f"{array}_submission.sh").read_text().splitlines()
+    for option in ("--array=0-1%2", "--cpus-per-task=1", "--time=30", "--signal=USR2@90"):
+        assert f"#SBATCH {option}" in script, option
+    assert not [line for line in script if "gpus" in line]
     # the same results as the local executor's (the smoke sweep of conftest): the sweep is deterministic
     for r in runs:
         on_slurm = json.loads((out / "runs" / r.run_id / sweep.RESULT).read_text())

@@ -62,8 +62,18 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 def parameters(slurm: dict[str, Any] | None = None) -> dict[str, Any]:
-    """submitit's ``update_parameters`` keywords: :data:`DEFAULTS` updated by ``slurm``."""
-    return {**DEFAULTS, **(slurm or {})}
+    """submitit's ``update_parameters`` keywords: :data:`DEFAULTS` updated by ``slurm`` (no GPU
+    option at all for ``slurm_gpus_per_node=0``: a CPU-only job asks for none). Raises
+    ``ValueError`` naming a count or time that is not a positive integer (GPUs: >= 0)."""
+    from .._validation import check_int
+
+    params = {**DEFAULTS, **(slurm or {})}
+    for name, minimum in (("timeout_min", 1), ("cpus_per_task", 1), ("slurm_gpus_per_node", 0),
+                          ("slurm_array_parallelism", 1)):
+        params[name] = check_int(params[name], name, minimum=minimum)
+    if not params["slurm_gpus_per_node"]:
+        params.pop("slurm_gpus_per_node", None)
+    return params
 
 
 def arrays(todo: Sequence[RunSpec], size: int = MAX_ARRAY) -> list[list[RunSpec]]:
