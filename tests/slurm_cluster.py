@@ -8,8 +8,10 @@ submitit calls) find the cluster through ``SLURM_CONF``, set in :meth:`env`.
 
 It needs Debian's ``slurm-wlm`` and ``munge`` (``make system-deps`` installs them) and root (the
 daemons run as root; ``make test`` runs as root on CI). Accounting is off
-(``AccountingStorageType=accounting_storage/none``): ``sacct`` needs slurmdbd and a database, so
-submitit's status queries fail and the sweep falls back to ``squeue`` (``focalcal.lab.slurm``).
+(``AccountingStorageType=accounting_storage/none``): ``sacct`` needs slurmdbd and a database, and
+answers "Slurm accounting storage is disabled"; submitit's job states come from ``sacct`` (without
+it a cancelled job stays "UNKNOWN" and ``job.result()`` waits for ever), so the sweep follows its
+jobs through their result files and ``squeue`` instead (``focalcal.lab.slurm.wait``).
 """
 
 from __future__ import annotations
