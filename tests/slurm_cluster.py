@@ -51,6 +51,14 @@ def why_not_startable() -> str | None:
     return None
 
 
+def _die_with_parent() -> None:
+    # prctl(PR_SET_PDEATHSIG, SIGTERM): a daemon gets SIGTERM when the process that started it
+    # ends, so that a test session killed before its teardown leaves no cluster behind
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
 def _exe(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
@@ -136,7 +144,8 @@ class SlurmCluster:
     def _start(self, name: str, *args: str) -> None:
         log = open(self.folder / "log" / f"{name}.out", "ab")
         self.procs[name] = subprocess.Popen([_exe(name), *args], env=self.env(), stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
         log.close()
 
     def _log_tail(self) -> str:
