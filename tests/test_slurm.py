@@ -236,7 +236,7 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
             proc.wait()
         log.close()
     first = (tmp_path / "sweep.log").read_text()
-    assert "1 of 2 runs failed" in first, first[-3000:]
+    assert f"1 of 2 runs failed (their logs: {out / 'submitit'}/<job>/)" in first, first[-3000:]
     # the cancelled run's cause (SLURM's SIGTERM killed its kernel first) and its log
     assert re.search(rf"^- {re.escape(cancelled.run_id)}: .+ \(log: \S+/{array}_0_0_log\.err\)$", first, re.M), first
     # the signalled run: requeued once by submitit, resumed from its checkpoint, finished

@@ -480,8 +480,8 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     table = collect(out, runs)
     if failures:
         msg = "\n".join(f"- {s.run_id}: {cause}" for s, cause in failures)
-        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: "
-                           f"{out / 'runs'}/<run>/run.log):\n{msg}")
+        logs = f"{out / 'runs'}/<run>/run.log" if executor == "local" else f"{out / 'submitit'}/<job>/"
+        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: {logs}):\n{msg}")
     return table
 
 
