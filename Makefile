@@ -15,8 +15,9 @@ PROFILE ?= cpu
 RUNS   ?= runs/$(PROFILE)
 # runs at a time in `make sweep` and `make book` (the cpu profile is sized for 2 cores)
 JOBS   ?= 2
-# local: JOBS runs at a time on this machine; slurm: one SLURM job per run through submitit
-# (the paper profile; SWEEP_ARGS="--slurm-partition gpu --slurm-time 1440" passes the rest)
+# local: JOBS runs at a time on this machine; slurm: SLURM job arrays through submitit (the paper
+# profile; SWEEP_ARGS="--slurm-partition gpu --slurm-time 1440 --slurm-array-parallelism 20" passes
+# the rest, "--dry-run" shows the sbatch submissions without submitting)
 EXECUTOR ?= local
 SWEEP_ARGS ?=
 # 1: `make book` runs (resumes) the sweep first; 0: it builds from the results already in RUNS
@@ -61,17 +62,20 @@ $(STAMP): pyproject.toml book/_lib/pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 
 install: $(STAMP) system-deps
 
-# Debian packages the book check and the offline Fashion-MNIST need; installed where the machine allows.
+# Debian packages the book check, the offline Fashion-MNIST and the SLURM tests (a single-node
+# cluster: munged, slurmctld, slurmd; tests/slurm_cluster.py) need; installed where the machine allows.
 system-deps:
 	@need=""; \
 	command -v chromium >/dev/null 2>&1 || need="$$need chromium"; \
 	[ -d /usr/share/datasets/fashion-mnist ] || need="$$need dataset-fashion-mnist"; \
+	{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null 2>&1; } || need="$$need slurm-wlm"; \
+	[ -x /usr/sbin/munged ] || need="$$need munge"; \
 	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else SUDO=none; fi; \
 	  if [ "$$SUDO" != none ]; then \
 	    echo "installing Debian packages:$$need"; \
 	    $$SUDO apt-get install -y -q $$need >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q $$need >/dev/null; } \
-	      || echo "warning: could not install$$need (the book check needs chromium; Fashion-MNIST falls back to torchvision)"; \
+	      || echo "warning: could not install$$need (the book check needs chromium, the SLURM tests slurm-wlm and munge; Fashion-MNIST falls back to torchvision)"; \
 	  else echo "warning: cannot install$$need without root"; fi; \
 	fi
 

@@ -4,7 +4,8 @@
 
     python -m focalcal.lab.sweep --profile {smoke,cpu,gpu,paper} [--out DIR] [--executor local|slurm]
                                  [--jobs N] [--only PATTERN] [--list] [--shrink]
-                                 [--slurm-partition P] [--slurm-time MINUTES]
+                                 [--dry-run] [--slurm-partition P] [--slurm-time MINUTES]
+                                 [--slurm-gpus N] [--slurm-cpus N] [--slurm-array-parallelism N]
 
 A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`,
 defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templates from
@@ -16,7 +17,10 @@ defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templa
    row per calibration method into ``calibration.json``.
 
 ``DIR`` defaults to ``runs/<profile>`` under the working directory; ``--only`` runs the runs whose
-id matches an ``fnmatch`` pattern, ``--list`` shows each run and whether it is done. Layout of ``DIR``::
+id matches an ``fnmatch`` pattern, ``--list`` shows each run and whether it is done, ``--dry-run``
+what would be submitted. With ``--executor slurm`` the runs go to SLURM as job arrays, one
+``sbatch`` per array, and a job stopped by its time limit or by preemption is requeued and resumes
+from its checkpoint (:mod:`focalcal.lab.slurm`). Layout of ``DIR``::
 
     DIR/runs/<run>/spec.json                   what the run is
     DIR/runs/<run>/train_classifier.ipynb      executed notebooks (kept for inspection)
@@ -363,24 +367,22 @@ def _run_local(todo: list[RunSpec], out: Path, jobs: int, progress: bool) -> lis
 
 def _run_submitit(todo: list[RunSpec], out: Path, progress: bool, cluster: str | None,
                   slurm: dict[str, Any]) -> list[tuple[RunSpec, str]]:
-    import submitit
+    # job arrays, requeue from the trainer's checkpoint, waiting without sacct: focalcal.lab.slurm
+    from . import slurm as slurm_
 
-    executor = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
-    params = {"timeout_min": 24 * 60, "slurm_gpus_per_node": 1, "cpus_per_task": 8, **slurm}
-    if executor.cluster != "slurm":  # the local cluster (tests) knows no slurm_* options
-        params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
-    executor.update_parameters(**params)
-    with executor.batch():
-        jobs = [executor.submit(execute_run, r.to_dict(), str(out)) for r in todo]
+    jobs, on_slurm = slurm_.submit(todo, out, slurm, cluster)
+    if progress:
+        for line in slurm_.plan(todo, slurm) if on_slurm else ():
+            print(line, flush=True)
     failures = []
     with _Progress(len(jobs), progress) as bar:
-        for spec, job in zip(todo, jobs):
-            try:
-                job.result()
-            except Exception as err:  # noqa: BLE001 - a failed job is reported, the others go on
-                # submitit's message ends with the job's traceback, whose last line is the cause
-                failures.append((spec, _cause(str(err))))
-            bar.finished(spec)
+        def finished(i: int, error: str | None) -> None:
+            if error is not None:
+                failures.append((todo[i], error))
+                bar.write(f"FAILED {todo[i].run_id}: {error}")
+            bar.finished(todo[i])
+
+        slurm_.wait(jobs, on_slurm, finished)
     return failures
 
 
@@ -442,8 +444,10 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     matches.
     ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
     the fork server of ``multiprocessing``, its output in ``<run>/run.log``), with
-    ``cpu_count // jobs`` threads per run; ``"slurm"`` submits one job per run through submitit
-    (``submitit_cluster="local"`` runs them as local processes, for tests). A script that calls
+    ``cpu_count // jobs`` threads per run; ``"slurm"`` submits the runs through submitit as job
+    arrays (:mod:`focalcal.lab.slurm`; ``slurm`` holds submitit's parameters, e.g.
+    ``{"timeout_min": 60, "slurm_partition": "gpu", "slurm_array_parallelism": 8}``;
+    ``submitit_cluster="local"`` runs them as local processes, for tests). A script that calls
     this function must do so under ``if __name__ == "__main__":``, as multiprocessing requires
     (each run's process imports the main module again). The templates are checked
     (:func:`check_templates`) before any run starts.
@@ -465,7 +469,8 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     if progress:
         subset = f" matching {only!r}" if only is not None else ""
         print(f"profile {profile!r}: {len(runs)} runs{subset}, {len(runs) - len(todo)} already done, "
-              f"{len(todo)} to run ({executor}, {jobs} at a time) -> {out}", flush=True)
+              f"{len(todo)} to run ({executor}{f', {jobs} at a time' if executor == 'local' else ''}) -> {out}",
+              flush=True)
     if todo and executor == "local":
         failures = _run_local(todo, out, jobs, progress)
     elif todo:
@@ -475,8 +480,8 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     table = collect(out, runs)
     if failures:
         msg = "\n".join(f"- {s.run_id}: {cause}" for s, cause in failures)
-        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: "
-                           f"{out / 'runs'}/<run>/run.log):\n{msg}")
+        logs = f"{out / 'runs'}/<run>/run.log" if executor == "local" else f"{out / 'submitit'}/<job>/"
+        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: {logs}):\n{msg}")
     return table
 
 
@@ -524,18 +529,37 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default --out: runs/<profile>-shrunk)")
     p.add_argument("--slurm-partition", default=None)
     p.add_argument("--slurm-time", type=int, default=None, metavar="MINUTES",
-                   help="time limit of each SLURM job (default 1440)")
+                   help="time limit of each SLURM job (default 1440); a job stopped by it is requeued "
+                        "and resumes from its checkpoint")
+    p.add_argument("--slurm-gpus", type=int, default=None, metavar="N", help="GPUs per SLURM job (default 1)")
+    p.add_argument("--slurm-cpus", type=int, default=None, metavar="N", help="cores per SLURM job (default 8)")
+    p.add_argument("--slurm-array-parallelism", type=int, default=None, metavar="N",
+                   help="runs of a SLURM job array running at a time (default 64)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would run (with --executor slurm: each sbatch, its job array and "
+                        "resources) and exit")
     args = p.parse_args(argv)
     if not args.profile:
         p.error("--profile is required")
     out = Path(args.out) if args.out is not None else default_out(args.profile, args.shrink)
+    slurm = {key: value for key, value in (
+        ("slurm_partition", args.slurm_partition), ("timeout_min", args.slurm_time),
+        ("slurm_gpus_per_node", args.slurm_gpus), ("cpus_per_task", args.slurm_cpus),
+        ("slurm_array_parallelism", args.slurm_array_parallelism)) if value is not None}
     try:
         if args.list:
             _list_runs(select_runs(args.profile, args.only, shrunk=args.shrink), out)
             return 0
-        slurm = {"slurm_partition": args.slurm_partition} if args.slurm_partition else {}
-        if args.slurm_time is not None:
-            slurm["timeout_min"] = args.slurm_time
+        if args.dry_run:
+            runs = select_runs(args.profile, args.only, shrunk=args.shrink)
+            todo = pending(runs, out)
+            print(f"profile {args.profile!r}: {len(runs)} runs, {len(runs) - len(todo)} already done, "
+                  f"{len(todo)} to run ({args.executor}) -> {out}")
+            if args.executor == "slurm":
+                from .slurm import plan
+
+                print("\n".join(plan(todo, slurm)))
+            return 0
         table = run_sweep(args.profile, out, executor=args.executor, jobs=args.jobs, only=args.only,
                           slurm=slurm, shrunk=args.shrink)
     except (RuntimeError, ValueError, FileNotFoundError) as err:
