@@ -30,27 +30,31 @@ SLURM_ARGS = ["--slurm-gpus", "0", "--slurm-cpus", "1", "--slurm-time", "30"]
 
 # ------------------------------------------------------------------ job arrays (no cluster) ---
 
-def test_paper_profile_is_one_array_submission(capsys, tmp_path):
+def test_paper_profile_is_a_handful_of_array_submissions(capsys, tmp_path):
     assert sweep.main(["--profile", "paper", "--executor", "slurm", "--dry-run", "--out", str(tmp_path),
                        "--slurm-partition", "gpu", "--slurm-array-parallelism", "20"]) == 0
     head, *sbatch = capsys.readouterr().out.splitlines()
     runs = sweep.get_profile("paper").expand()
-    assert head == f"profile 'paper': {len(runs)} runs, 0 already done, {len(runs)} to run (slurm) -> {tmp_path}"
-    assert len(runs) == 929
-    assert sbatch == [f"sbatch 1: 929 runs (--array=0-928%20), per run: time=1440 min, gpus=1, cpus=8, "
-                      f"partition=gpu; {runs[0].run_id} ... {runs[-1].run_id}"]
+    n = len(runs)
+    assert head == f"profile 'paper': {n} runs, 0 already done, {n} to run (slurm) -> {tmp_path}"
+    assert n == 1019                        # two sbatch calls: SLURM's default MaxArraySize is 1 000
+    assert sbatch == [f"sbatch 1: 1000 runs (--array=0-999%20), per run: time=1440 min, gpus=1, cpus=8, "
+                      f"partition=gpu; {runs[0].run_id} ... {runs[999].run_id}",
+                      f"sbatch 2: {n - 1000} runs (--array=0-{n - 1001}%{min(20, n - 1000)}), per run: time=1440 min, gpus=1, "
+                      f"cpus=8, partition=gpu; {runs[1000].run_id} ... {runs[-1].run_id}"]
     assert not (tmp_path / "runs").exists()  # nothing ran, nothing was written
-    # finished runs are not submitted again
+    # finished runs are not submitted again: 1 018 pending runs, two arrays still
     done = tmp_path / "runs" / runs[0].run_id
     done.mkdir(parents=True)
     (done / sweep.RESULT).write_text("{}")
     assert sweep.main(["--profile", "paper", "--executor", "slurm", "--dry-run", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "929 runs, 1 already done, 928 to run" in out and "928 runs (--array=0-927%64)" in out
+    assert f"{n} runs, 1 already done, {n - 1} to run" in out and "1000 runs (--array=0-999%64)" in out
+    assert f"{n - 1001} runs (--array=0-{n - 1002}%{min(64, n - 1001)})" in out  # never above the array
 
 
 def test_arrays_hold_at_most_max_array_runs():
-    runs = sweep.get_profile("paper").expand() * 3  # 2 787 runs
+    runs = (sweep.get_profile("paper").expand() * 3)[:2787]
     chunks = slurm.arrays(runs)
     assert [len(c) for c in chunks] == [1000, 1000, 787] and sum(chunks, []) == runs
     lines = slurm.plan(runs, {"slurm_array_parallelism": 500, "timeout_min": 60})
