@@ -516,9 +516,11 @@ class TemperatureScaling(_Calibrator):
             self.temperature_, self.best_score_ = float(grid[i]), float(scores[i])
             self.scores_ = scores
         elif self.criterion == "nll":
-            self.temperature_ = self._fit_nll(z, y)
-            self.best_score_ = float(_cal.ts_grid_scores(
-                z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self._n_bins)[0])
+            # torch's intra-op threads off meanwhile: on a loaded machine their barriers cost 10-60x
+            # in wall-clock time here (see focalcal._fts_search)
+            with _fts.workers(z.device):
+                self.temperature_ = self._fit_nll(z, y)
+                self.best_score_ = _cal.nll_at(z, y, self.temperature_)
         else:
             self.temperature_, self.best_score_ = self._fit_focal(z, y, gamma)
         if grid is not None:
