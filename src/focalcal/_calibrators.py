@@ -145,6 +145,12 @@ def focal_risk(z: torch.Tensor, y: torch.Tensor, temps: torch.Tensor, gamma: flo
     return torch.cat(out).cpu()
 
 
+def nll_at(z: torch.Tensor, y: torch.Tensor, temperature: float) -> float:
+    """Mean negative log-likelihood of ``softmax(z / temperature)``, in log space."""
+    a = z / temperature
+    return float((torch.logsumexp(a, -1) - a.gather(-1, y.view(-1, 1)).squeeze(-1)).mean())
+
+
 def nll_slope(z: torch.Tensor, y: torch.Tensor, beta: float) -> float:
     r"""``d NLL / d beta`` at inverse temperature ``beta``: ``mean(E_softmax[z] - z_y)``, increasing in beta."""
     p = torch.softmax(z * beta, dim=-1)

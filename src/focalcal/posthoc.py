@@ -5,7 +5,8 @@ Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.M
 * ``fit(logits, labels) -> self`` on a held-out fitting set, ``logits`` of shape ``(N, K)``,
   ``labels`` of shape ``(N,)`` (integers in ``[0, K)``);
 * ``predict_proba(logits) -> probs`` for logits of shape ``(..., K)`` (any leading dims), in the
-  dtype of ``logits`` (float32 stays float32, float64 stays float64);
+  array type and dtype of ``logits``: a Tensor for a Tensor (on its device), a NumPy array for
+  anything else (a NumPy array, a list), float32 stays float32, float64 stays float64;
 * ``forward(logits) -> log-probabilities`` of shape ``(..., K)``, differentiable w.r.t. the logits,
   so a fitted calibrator can sit at the end of a network (``nn.Sequential(net, calibrator)``);
 * ``get_params()`` / ``set_params(**params)`` as in scikit-learn: the constructor arguments are
@@ -16,7 +17,36 @@ Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.M
   ``gamma_ev`` column of the results tables; not the training loss's ``gamma``), ``n_classes_``,
   ``best_score_`` and, for grid searches, the whole score grid ``scores_``. They are python
   floats / tensors and travel in ``state_dict()`` (as the module's extra state), so
-  ``load_state_dict`` restores a fitted model.
+  ``load_state_dict`` restores a fitted model; a calibrator also pickles, fitted or not.
+
+scikit-learn
+------------
+The calibrators are scikit-learn estimators without depending on scikit-learn (``pip install
+focalcal`` does not install it): with scikit-learn installed (1.3 or later),
+``sklearn.base.clone``, ``sklearn.utils.validation.check_is_fitted``, ``Pipeline`` /
+``make_pipeline`` (a calibrator as the last step), ``GridSearchCV`` over a calibrator's
+parameters with a proper scorer (``scoring="neg_log_loss"``) and ``pickle`` work. They declare
+themselves probabilistic classifiers of the class indices ``classes_ = [0, ..., K - 1]`` (tags
+built from scikit-learn's own classes when it asks for them), and the
+:class:`NotFittedError` they raise is a subclass of scikit-learn's when scikit-learn is
+importable (it is imported on first use of the error, not with this module).
+
+>>> import numpy as np
+>>> from sklearn.model_selection import GridSearchCV
+>>> from sklearn.pipeline import make_pipeline
+>>> from sklearn.utils.validation import check_is_fitted
+>>> from focalcal.posthoc import FocalTemperatureScaling, TemperatureScaling
+>>> rng = np.random.default_rng(0)
+>>> z = 2 * rng.standard_normal((600, 3))
+>>> y = (z + rng.gumbel(size=z.shape)).argmax(1)   # the logits are too sharp by a factor of 2
+>>> pipe = make_pipeline(TemperatureScaling()).fit(3 * z, y)
+>>> check_is_fitted(pipe)
+>>> type(pipe.predict_proba(3 * z)).__name__      # NumPy in, NumPy out
+'ndarray'
+>>> search = GridSearchCV(FocalTemperatureScaling(temperatures=np.arange(1, 101) / 20),
+...                       {"gammas": [(0.0,), (0.0, 0.5, 1.0)]}, scoring="neg_log_loss", cv=3).fit(z, y)
+>>> sorted(search.best_params_)
+['gammas']
 
 Selection criterion
 -------------------
@@ -40,7 +70,8 @@ fixed published grid on purpose can filter it alone
 (``warnings.simplefilter("ignore", SearchRangeWarning)``).
 
 Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
-``AttributeError``, like scikit-learn's). Fitting never changes the argmax: temperature scaling with
+``AttributeError``; scikit-learn's own ``NotFittedError``'s subclass where scikit-learn is
+importable). Fitting never changes the argmax: temperature scaling with
 ``T > 0`` and the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top
 class.
 
@@ -129,8 +160,30 @@ FTS_SEARCHES = ("grid", "line")
 FTS_METHODS = ("fast", "exact")
 
 
-class NotFittedError(ValueError, AttributeError):
-    """Raised when a calibrator is used before ``fit`` (as scikit-learn's ``NotFittedError``).
+def _not_fitted_bases() -> tuple[type, ...]:
+    """scikit-learn's ``NotFittedError`` where it is importable, else what it derives from."""
+    try:
+        from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+    except ImportError:
+        return (ValueError, AttributeError)
+    return (SklearnNotFittedError,)
+
+
+def _not_fitted_error() -> type[Exception]:
+    """:class:`NotFittedError`, made on first use (so that importing this module never imports
+    scikit-learn, whose import costs about a second) and kept in the module's namespace."""
+    cls = globals().get("NotFittedError")
+    if cls is None:
+        cls = type("NotFittedError", _not_fitted_bases(), {"__module__": __name__, "__doc__": _NOT_FITTED_DOC})
+        globals()["NotFittedError"] = cls
+    return cls
+
+
+_NOT_FITTED_DOC = """Raised when a calibrator is used before ``fit``.
+
+    A ``ValueError`` and an ``AttributeError``; where scikit-learn is importable, a subclass of
+    ``sklearn.exceptions.NotFittedError`` (which is both), so ``except NotFittedError`` clauses
+    written for scikit-learn catch it.
 
     Examples
     --------
@@ -139,9 +192,19 @@ class NotFittedError(ValueError, AttributeError):
     >>> try:
     ...     TemperatureScaling().predict_proba(torch.zeros(1, 3))
     ... except NotFittedError as err:
-    ...     print(type(err).__name__, isinstance(err, ValueError))
-    NotFittedError True
+    ...     print(type(err).__name__, isinstance(err, ValueError), isinstance(err, AttributeError))
+    NotFittedError True True
+    >>> from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+    >>> issubclass(NotFittedError, SklearnNotFittedError)
+    True
     """
+
+
+def __getattr__(name: str) -> Any:
+    # NotFittedError is made on first access (see _not_fitted_error)
+    if name == "NotFittedError":
+        return _not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ============================================================================================
@@ -266,7 +329,7 @@ class _Calibrator(torch.nn.Module):
 
     def _require_fitted(self) -> None:
         if not getattr(self, "_is_fitted", False):
-            raise NotFittedError(
+            raise _not_fitted_error()(
                 f"This {type(self).__name__} instance is not fitted yet. Call "
                 f"'fit(logits, labels)' on held-out data before 'predict_proba' or 'forward'.")
 
@@ -278,9 +341,40 @@ class _Calibrator(torch.nn.Module):
                              f"calibrator was fitted on {k}")
         return z
 
-    def predict_proba(self, logits: ArrayLike) -> torch.Tensor:
-        """Calibrated probabilities, shape ``(..., K)``, dtype of ``logits``; rows sum to 1."""
-        return torch.exp(self.forward(logits))
+    def predict_proba(self, logits: ArrayLike) -> torch.Tensor | np.ndarray:
+        """Calibrated probabilities, shape ``(..., K)``; rows sum to 1.
+
+        In the array type and dtype of ``logits``: a Tensor for a Tensor (on its device, with its
+        autograd graph), a NumPy array for anything else (NumPy in, NumPy out, as scikit-learn
+        expects). Subclasses implement :meth:`forward` (log-probabilities as a Tensor).
+        """
+        probs = torch.exp(self.forward(logits))
+        if isinstance(logits, torch.Tensor):
+            return probs
+        return probs.detach().cpu().numpy()
+
+    # ------------------------------------------------- scikit-learn's estimator protocol ---
+    # (without importing scikit-learn: it calls these, so it is importable when they run)
+
+    #: scikit-learn < 1.6 reads the estimator type here, later versions from __sklearn_tags__
+    _estimator_type = "classifier"
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Whether ``fit`` has run (read by ``sklearn.utils.validation.check_is_fitted``)."""
+        return bool(getattr(self, "_is_fitted", False))
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags (1.6 and later): a probabilistic classifier that needs ``fit``."""
+        from sklearn.utils import ClassifierTags, Tags, TargetTags
+
+        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags(), requires_fit=True)
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The class indices ``0, ..., n_classes_ - 1`` (the columns of ``predict_proba``)."""
+        self._require_fitted()
+        return np.arange(self.n_classes_)
 
     def get_extra_state(self) -> dict[str, object]:
         """The fitted attributes, saved in ``state_dict()`` beside the parameters."""
@@ -422,9 +516,11 @@ class TemperatureScaling(_Calibrator):
             self.temperature_, self.best_score_ = float(grid[i]), float(scores[i])
             self.scores_ = scores
         elif self.criterion == "nll":
-            self.temperature_ = self._fit_nll(z, y)
-            self.best_score_ = float(_cal.ts_grid_scores(
-                z, y, torch.tensor([self.temperature_], dtype=torch.float64), "nll", 0.0, self._n_bins)[0])
+            # torch's intra-op threads off meanwhile: on a loaded machine their barriers cost 10-60x
+            # in wall-clock time here (see focalcal._fts_search)
+            with _fts.workers(z.device):
+                self.temperature_ = self._fit_nll(z, y)
+                self.best_score_ = _cal.nll_at(z, y, self.temperature_)
         else:
             self.temperature_, self.best_score_ = self._fit_focal(z, y, gamma)
         if grid is not None:
