@@ -149,6 +149,17 @@ def squeue(cluster: SlurmCluster) -> list[str]:
     return cluster.run("squeue", "--noheader", "--array", "--format=%i %T").splitlines()
 
 
+def queue_drains(cluster, timeout: float = 180.0) -> bool:
+    """``squeue`` empty within ``timeout`` seconds: a job whose result is written still runs its
+    batch script's last lines, and SLURM lists it until that exits (longer on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while squeue(cluster):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 SMOKE_PART = "charoenphakdee_1d-*"  # the 1-D synthetic task's two runs: cross-entropy and focal loss
 
 
@@ -181,7 +192,7 @@ def test_smoke_runs_on_slurm_as_locally(slurm_cluster, smoke_runs, tmp_path):
     local = pd.read_csv(smoke_runs / "results.csv").set_index(["run", "method"]).loc[table.set_index(
         ["run", "method"]).index].reset_index()
     pd.testing.assert_frame_equal(table, local[table.columns], check_dtype=False, check_exact=True)
-    assert squeue(slurm_cluster) == []
+    assert queue_drains(slurm_cluster)
 
 
 SLOW_EPOCHS = 60
@@ -244,8 +255,14 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
     # the cancelled run's cause (SLURM's SIGTERM killed its kernel first) and its log
     assert re.search(rf"^- {re.escape(cancelled.run_id)}: .+ \(log: \S+/{array}_0_0_log\.err\)$", first, re.M), first
     # the signalled run: requeued once by submitit, resumed from its checkpoint, finished
-    show = slurm_cluster.run("scontrol", "show", "job", f"{array}_1")
-    assert "Restarts=1" in show and "JobState=COMPLETED" in show, show
+    # the run's result is written before the job's batch script exits: SLURM marks the job
+    # COMPLETED a moment after the sweep saw the result (longer on a loaded machine)
+    deadline = time.monotonic() + 180
+    while "JobState=COMPLETED" not in (show := slurm_cluster.run("scontrol", "show", "job", f"{array}_1")):
+        assert "JobState=RUNNING" in show or "JobState=COMPLETING" in show, show
+        assert time.monotonic() < deadline, show
+        time.sleep(0.5)
+    assert "Restarts=1" in show, show
     submitit_log = "".join(p.read_text() for p in (out / "submitit").glob(f"{array}_1/*_log.*"))
     assert "Calling checkpoint method" in submitit_log and f"Requeued job {array}_1" in submitit_log
     assert epochs_in(requeued_dir) == list(range(1, SLOW_EPOCHS + 1))
@@ -254,7 +271,7 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
     # the cancelled run: stopped mid-training, no result
     assert not (cancelled_dir / sweep.RESULT).exists()
     assert 0 < len(epochs_in(cancelled_dir)) < SLOW_EPOCHS
-    assert squeue(slurm_cluster) == []
+    assert queue_drains(slurm_cluster)
     deadline = time.monotonic() + 60
     while processes_inside(out):  # SLURM killed the cancelled job's kernel as well
         assert time.monotonic() < deadline, "processes of the cancelled job still running"
@@ -275,4 +292,4 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
     table = pd.read_csv(out / "results.csv")
     assert len(table) == 2 * len(results.METHODS) and not table.duplicated(["run", "method"]).any()
     assert set(table["run"]) == {cancelled.run_id, requeued.run_id}
-    assert squeue(slurm_cluster) == []
+    assert queue_drains(slurm_cluster)
