@@ -1170,9 +1170,11 @@ def test_bad_input_raises_value_error(fn):
 
 def test_bad_parameters_raise_value_error():
     x, t = rand_batch(6, 3)
-    for g in (-0.5, float("nan"), "a", float("inf")):
+    for g in (-0.5, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="gamma"):
             L.focal_loss(x, t, g)
+    with pytest.raises(TypeError, match="gamma must be a real number"):
+        L.focal_loss(x, t, "a")
     with pytest.raises(ValueError, match="variant"):
         L.dual_focal_loss(x, t, 2.0, variant="code")
     for sched in ([], [(0.5, 2.0), (0.2, 1.0)], [(0.2, 5.0), (0.9, 3.0)], [(0.2, -1.0), (1.0, 2.0)], [1, 2]):

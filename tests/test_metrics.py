@@ -522,7 +522,7 @@ def test_bad_inputs_raise():
         (lambda: M.ece(probs, labels[:3]), "labels has 3 entries"),
         (lambda: M.ece(probs, torch.tensor([0, 1, 2, 0])), "labels must lie"),
         (lambda: M.ece(probs, torch.tensor([0, 1, -1, 0])), "labels must lie"),
-        (lambda: M.ece(probs, torch.tensor([0.0, 1.5, 1.0, 0.0])), "labels must have an integer dtype"),
+        (lambda: M.ece(probs, torch.tensor([0.0, 1.5, 1.0, 0.0])), r"labels must hold integer class indices \(an integer dtype\)"),
         (lambda: M.ece(logits=torch.tensor([[0.0, float("nan")]] * 4), labels=labels), "logits contains 4 NaN"),
         (lambda: M.ece(probs * 0.9, labels), "rows of probs must sum to 1"),
         (lambda: M.ece(-probs, labels), r"probs must lie in \[0, 1\]"),
@@ -596,7 +596,7 @@ def test_non_integer_label_dtypes_are_refused(fn, bad):
         call = lambda: fn(TINY_PROBS.log(), bad)  # noqa: E731
     else:
         call = lambda: fn(TINY_PROBS, bad)  # noqa: E731
-    with pytest.raises(ValueError, match="labels must have an integer dtype"):
+    with pytest.raises(ValueError, match=r"labels must hold integer class indices \(an integer dtype\)"):
         call()
 
 

@@ -83,6 +83,16 @@ def test_check_parameters_finds_what_papermill_injected():
     template.check_parameters([])  # outside a kernel there is no history
 
 
+def test_check_names_names_the_template_parameter():
+    template.check_names(dataset="cifar10", model="mlp", loss="focal", schedule="")  # "": defaults
+    for kw, message in ((dict(loss="focall"), "^loss must be one of 'ce', 'focal'.*; got 'focall'$"),
+                        (dict(dataset="mnist"), "^dataset must be one of 'charoenphakdee_1d'"),
+                        (dict(model="small_cnn"), "^model must be one of 'mlp', 'cnn'"),
+                        (dict(schedule="paper"), "^schedule must be one of 'paper_cifar'")):
+        with pytest.raises(ValueError, match=message):
+            template.check_names(**kw)
+
+
 def test_reported_errors_put_the_cause_first(capsys):
     with pytest.raises(ValueError, match="epochs must be an integer >= 1") as err:
         with template.reported_errors():
@@ -147,10 +157,11 @@ def test_templates_execute_with_defaults(tmp_path):
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("parameters, message", [
-    ({"loss": "focall"}, "valid names: ce, focal, flsd53"),
+    # a bad name names the template parameter and lists its choices (issue 21, item 6)
+    ({"loss": "focall"}, "loss must be one of 'ce', 'focal', 'flsd53'"),
     ({"loss_params": '{"gama": 2}'}, "valid parameters: gamma"),
-    ({"dataset": "mnist"}, "name must be one of 'charoenphakdee_1d', 'gaussian_mixture', 'fashion_mnist'"),
-    ({"model": "small_cnn"}, "name must be one of 'mlp', 'cnn', 'resnet50'"),
+    ({"dataset": "mnist"}, "dataset must be one of 'charoenphakdee_1d', 'gaussian_mixture', 'fashion_mnist'"),
+    ({"model": "small_cnn"}, "model must be one of 'mlp', 'cnn', 'resnet50'"),
     ({"schedule": "paper"}, "schedule must be one of 'paper_cifar'"),
     ({"epochs": 0}, "epochs must be an integer >= 1"),
     ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda'"),

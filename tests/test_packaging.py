@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -200,6 +201,37 @@ def test_lab_without_its_extra_names_the_install_command(bare_python, tmp_path):
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError") and 'pip install "focalcal[lab]"' in last, last
+
+
+def test_plotting_without_its_extra_names_the_install_command(bare_python, tmp_path):
+    proc = subprocess.run([str(bare_python), "-c", "import focalcal.plotting"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError") and 'pip install "focalcal[plot]"' in last, last
+
+
+def test_wheel_carries_the_license_its_metadata_names(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        text = z.read(lic).decode()
+    assert "License-Expression: MIT" in meta.splitlines()
+    assert text.startswith("MIT License") and text == (ROOT / "LICENSE").read_text()
+
+
+def test_readme_says_how_to_install_without_a_gpu_and_what_the_extras_add():
+    text = (ROOT / "README.md").read_text()
+    library = text.split("## The library in your own code", 1)[1].split("<!-- library-snippet -->", 1)[0]
+    cpu = library.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    assert cpu < library.index("pip install focalcal\n")  # the CPU build first
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("plot", "lab", "book"):
+        (row,) = [line for line in library.splitlines() if line.startswith(f"| `focalcal[{extra}]`")]
+        for req in declared[extra]:
+            name = Requirement(req).name
+            assert name.startswith("focalcal") or name in row, (extra, name, row)
 
 
 # --------------------------------------------------------------------------------------------

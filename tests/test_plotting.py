@@ -58,3 +58,15 @@ def test_plot_reliability_draws_bins(real):
     fig, (ax, axh) = plotting.plot_reliability(logits=logits, labels=labels, binning="mass", method="focal")
     assert len(ax.patches) == 2 * 15 and ax.get_xlim() == (0, 15) and "AdaECE = 0.0559" in ax.get_title()
     matplotlib.pyplot.close(fig)
+
+
+def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "focalcal.plotting")
+    with pytest.raises(ModuleNotFoundError, match=r'focalcal.plotting needs matplotlib.*'
+                                                  r'pip install "focalcal\[plot\]"') as err:
+        importlib.import_module("focalcal.plotting")
+    assert err.value.name == "matplotlib"

@@ -110,15 +110,16 @@ def test_list_shows_each_run_and_its_status(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # --out defaults to runs/<profile> here
     assert sweep.main(["--profile", "smoke", "--list"]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split() == ["status", "dataset", "network", "loss", "seed", "epochs", "run"]
+    assert header.split()[:6] == ["status", "role", "dataset", "network", "loss", "seed"]
+    assert header.split()[-1] == "run"
     assert len(lines) == len(runs)
     for line, r in zip(lines, runs):
         status = "done" if r == runs[1] else "pending"
-        assert line.split()[:3] == [status, r.dataset, r.model] and line.endswith("  " + r.run_id)
-        assert f"  {r.loss.display}  " in line and line.split()[-2] == str(dict(r.train)["epochs"])
+        assert line.split()[:1] + line.split()[2:4] == [status, r.dataset, r.model]
+        assert line.endswith("  " + r.run_id) and f"  {sweep.loss_key(r.loss)}  " in line
     assert sweep.main(["--profile", "smoke", "--list", "--only", "gaussian_mixture-*-Brier-*"]) == 0
     (line,) = capsys.readouterr().out.splitlines()[1:]
-    assert "Brier" in line and line.startswith("pending  gaussian_mixture")
+    assert "brier" in line and line.startswith("pending  synthetic  gaussian_mixture")
 
 
 def test_only_selects_runs_by_id():

@@ -19,6 +19,7 @@ from ._validation import (
     check_labels,
     check_logits,
     check_positive,
+    warn_if_probabilities,
 )
 
 
@@ -50,25 +51,20 @@ def check_fit_args(logits: ArrayLike, labels: ArrayLike, caller: str = "fit"
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(N, K)`` float64 logits and ``(N,)`` int64 labels on the same device.
 
-    Warns (``UserWarning``) when ``logits`` look like probabilities: every entry in [0, 1] and
-    every row summing to 1 within 1e-6. Logits almost never do, and temperature scaling of
-    probabilities fits a meaningless temperature (about 18 on a typical softmax output).
+    ``labels`` follow the library's one rule (:func:`focalcal._validation.label_tensor`: an integer
+    dtype, the same message as the metrics and the losses). Warns (``UserWarning``) when
+    ``logits`` look like probabilities (:func:`focalcal._validation.looks_like_probabilities`:
+    every entry in [0, 1] and every row summing to 1 by the tolerance rule of the metrics). Logits
+    almost never do, and temperature scaling of probabilities fits a meaningless temperature
+    (about 18 on a typical softmax output).
     """
     z = check_logits(logits, "logits")
     if z.dim() != 2:
         raise ValueError(f"logits must have shape (N, K) for fitting, got shape {tuple(z.shape)}")
     y = check_labels(labels, n_classes=z.shape[1], n_samples=z.shape[0])
-    z = z.detach().to(torch.float64)
     warn_if_probabilities(z, caller)
+    z = z.detach().to(torch.float64)
     return z, y.to(z.device)
-
-
-def warn_if_probabilities(z: torch.Tensor, caller: str) -> None:
-    lo, hi = torch.aminmax(z)
-    if float(lo) >= 0.0 and float(hi) <= 1.0 and bool(((z.sum(-1) - 1.0).abs() <= 1e-6).all()):
-        warnings.warn(f"{caller}: the logits passed look like probabilities (all entries in [0, 1], "
-                      f"rows summing to 1); pass the unnormalised logits, or log(probs), instead",
-                      UserWarning, stacklevel=4)
 
 
 def warn_at_edge(caller: str, what: str, value: float, lo: float, hi: float, argument: str,

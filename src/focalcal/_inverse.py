@@ -120,7 +120,8 @@ def inverse_focal_map(p: ArrayLike, gamma: float) -> torch.Tensor:
     Parameters
     ----------
     p : ArrayLike, shape ``(..., K)``, ``K >= 2``
-        Posterior rows (validated like :func:`focal_map`'s ``probs``).
+        Posterior rows in any precision (validated like :func:`focal_map`'s ``probs``, by the
+        rule of :ref:`probs-tolerance` in :mod:`focalcal.metrics`).
     gamma : float, ``>= -1``
         ``0`` returns ``p`` unchanged. For ``-1 < gamma < 0`` only the top class can sit on the
         decreasing branch of ``h``, which is why it is the outer unknown.

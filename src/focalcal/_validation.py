@@ -8,6 +8,10 @@ array arguments across the library.
 from __future__ import annotations
 
 import math
+import numbers
+import os
+import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -20,6 +24,8 @@ import torch
 ArrayLike: TypeAlias = torch.Tensor | np.ndarray | Sequence[Any] | float
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 _T = TypeVar("_T")
 
@@ -66,12 +72,30 @@ def check_logits(logits: ArrayLike, name: str = "logits", min_classes: int = 2) 
     return t
 
 
+def prob_row_tolerance(n_classes: int) -> float:
+    """How far a row of ``n_classes`` probabilities may sum from 1: ``(2 + log2 K) * 2**-7``.
+
+    The rule of every function that takes probabilities, documented in :mod:`focalcal.metrics`
+    (*Probabilities in any precision*): ``2 + log2 K`` units in the last place of bfloat16 at 1
+    (``2**-7``, the coarsest precision probabilities plausibly come in), whatever dtype the array
+    has now. 0.023 for K = 2, 0.068 for K = 100, 0.094 for K = 1000: always below 0.5, so rows
+    summing to 0.5 or 2 are refused.
+    """
+    return torch.finfo(torch.bfloat16).eps * (2.0 + math.log2(max(int(n_classes), 1)))
+
+
+def row_sum_deviation(t: torch.Tensor) -> float:
+    """``max |sum_k t_k - 1|`` over the rows of ``t``, summed in float64 (no rounding of the sum)."""
+    return float((t.detach().sum(-1, dtype=torch.float64) - 1).abs().max())
+
+
 def check_probs(probs: ArrayLike, name: str = "probs", atol: float | None = None,
                 min_classes: int = 2, *, hint: str = "pass logits= for unnormalised scores") -> torch.Tensor:
     """Probabilities of shape ``(..., K)``: in [0, 1] and rows summing to 1 within ``atol``.
 
-    ``hint`` ends the message for values outside [0, 1] or rows that do not sum to 1 (what to call
-    instead with unnormalised scores); an empty ``hint`` adds nothing.
+    ``atol`` defaults to :func:`prob_row_tolerance` of ``K`` (the library's one rule, the same for
+    every dtype). ``hint`` ends the message for values outside [0, 1] or rows that do not sum to 1
+    (what to call instead with unnormalised scores); an empty ``hint`` adds nothing.
     """
     t = as_float_tensor(probs, name)
     check_nonempty(t, name)
@@ -84,12 +108,45 @@ def check_probs(probs: ArrayLike, name: str = "probs", atol: float | None = None
         raise ValueError(f"{name} must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]"
                          + (f". {hint[:1].upper()}{hint[1:]}" if hint else ""))
     if atol is None:
-        atol = 1e-4 if t.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
-    err = (t.sum(-1) - 1).abs().max()
-    if float(err) > atol:
-        raise ValueError(f"rows of {name} must sum to 1 (max deviation {float(err):.3g} > {atol:g}); "
+        atol = prob_row_tolerance(t.shape[-1])
+    err = row_sum_deviation(t)
+    if err > atol:
+        raise ValueError(f"rows of {name} must sum to 1 (max deviation {err:.3g} > {atol:.3g}); "
                          f"normalise them" + (f", or {hint}" if hint else ""))
     return t
+
+
+def looks_like_probabilities(t: torch.Tensor) -> bool:
+    """Every entry in [0, 1] and every row summing to 1 by the rule of :func:`check_probs`."""
+    if t.dim() == 0 or t.shape[-1] < 2 or t.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(t.detach())
+    return (float(lo) >= 0.0 and float(hi) <= 1.0
+            and row_sum_deviation(t) <= prob_row_tolerance(t.shape[-1]))
+
+
+def _user_frame() -> tuple[int, str]:
+    """For ``warnings.warn`` called by this module's caller: the ``stacklevel`` of the first frame
+    outside the focalcal package (the user's line, however deep the library's call chain is), and
+    the name of the library function the user called (the outermost frame inside the package)."""
+    frame, level, called = sys._getframe(2), 1, "focalcal"
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level, called = frame.f_back, level + 1, frame.f_code.co_name
+    return level, called
+
+
+def warn_if_probabilities(logits: torch.Tensor, caller: str | None = None, name: str = "logits") -> None:
+    """Warn (``UserWarning``, at the user's line) when ``logits`` look like probabilities.
+
+    :func:`looks_like_probabilities`; logits almost never do, and a metric or a temperature of
+    probabilities passed as logits is silently wrong (their softmax is flattened towards uniform).
+    ``caller`` names the function in the message (default: the library function the user called).
+    """
+    if looks_like_probabilities(logits):
+        level, called = _user_frame()
+        warnings.warn(f"{caller or called}: the {name} passed look like probabilities (all entries "
+                      f"in [0, 1], rows summing to 1); pass the unnormalised logits, or log(probs), "
+                      f"instead", UserWarning, stacklevel=level + 1)
 
 
 def check_unit_interval(x: ArrayLike, name: str, open_left: bool = False, open_right: bool = False) -> torch.Tensor:
@@ -104,23 +161,31 @@ def check_unit_interval(x: ArrayLike, name: str, open_left: bool = False, open_r
     return t
 
 
-def check_labels(labels: ArrayLike, n_classes: int | None = None, n_samples: int | None = None,
-                 name: str = "labels") -> torch.Tensor:
-    """Integer class labels of shape ``(N,)`` with values in ``[0, n_classes)``."""
+def label_tensor(labels: ArrayLike, name: str = "labels") -> torch.Tensor:
+    """``labels`` as a tensor of an integer dtype, any shape; the one label-dtype rule of the library.
+
+    Floating (even whole-valued), bool and complex dtypes are refused with the same message in
+    every entry point (losses, metrics, calibrators): a float array in the labels' place is almost
+    always probabilities or one-hot rows passed in the wrong place.
+    """
     if isinstance(labels, torch.Tensor):
         t = labels
     else:
         try:
             t = torch.as_tensor(np.asarray(labels))
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, RuntimeError) as err:
             raise ValueError(f"{name} must be an array of integer class indices") from err
-    if t.is_floating_point():
-        if not bool(torch.isfinite(t).all()) or not bool((t == t.round()).all()):
-            raise ValueError(f"{name} must be integer class indices, got non-integer floats")
-        t = t.long()
-    elif t.dtype == torch.bool or t.is_complex():
-        raise ValueError(f"{name} must be integer class indices, got dtype {t.dtype}")
-    t = t.long()
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer class indices (an integer dtype), got dtype "
+                         f"{t.dtype}; probability or one-hot targets are not supported, and "
+                         f"whole-number floats need an explicit .long()")
+    return t
+
+
+def check_labels(labels: ArrayLike, n_classes: int | None = None, n_samples: int | None = None,
+                 name: str = "labels") -> torch.Tensor:
+    """Integer class labels of shape ``(N,)`` with values in ``[0, n_classes)`` (:func:`label_tensor`)."""
+    t = label_tensor(labels, name).long()
     if t.dim() != 1:
         raise ValueError(f"{name} must be one-dimensional (N,), got shape {tuple(t.shape)}")
     if t.numel() == 0:
@@ -136,15 +201,18 @@ def check_labels(labels: ArrayLike, n_classes: int | None = None, n_samples: int
 
 def check_gamma(gamma: float | torch.Tensor, name: str = "gamma", minimum: float = -1.0,
                 maximum: float | None = None) -> float:
-    """A scalar focusing parameter ``gamma >= minimum`` (the focal map needs ``gamma >= -1``)."""
-    if isinstance(gamma, torch.Tensor):
-        if gamma.numel() != 1:
+    """A scalar focusing parameter ``gamma >= minimum`` (the focal map needs ``gamma >= -1``).
+
+    A real number: a Python or NumPy int or float, or a one-element tensor or array; anything else
+    (a string such as ``"3"``, a bool, ``None``) is a ``TypeError`` naming ``name``.
+    """
+    if isinstance(gamma, (torch.Tensor, np.ndarray)):
+        if math.prod(gamma.shape) != 1:
             raise ValueError(f"{name} must be a scalar, got shape {tuple(gamma.shape)}")
         gamma = gamma.item()
-    try:
-        g = float(gamma)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a real number, got {gamma!r}") from err
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(gamma).__name__} {gamma!r}")
+    g = float(gamma)
     if not math.isfinite(g):
         raise ValueError(f"{name} must be finite, got {g}")
     if g < minimum:

@@ -315,8 +315,9 @@ def focal_map(probs: ArrayLike, gamma: float | torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     probs : ArrayLike, shape ``(..., K)``, ``K >= 2``
-        Probability rows (entries in ``[0, 1]``, rows summing to 1 within 1e-4 in float32 / 1e-8 in
-        float64; they are renormalised before use).
+        Probability rows in any precision (entries in ``[0, 1]``, rows summing to 1 within the
+        tolerance of :ref:`probs-tolerance` in :mod:`focalcal.metrics`; they are renormalised
+        before use).
     gamma : float (or 0-dim tensor requiring grad), ``>= -1``
         ``0`` returns ``probs`` unchanged.
 

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import matplotlib as mpl
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+
+try:
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+except ModuleNotFoundError as err:  # the library alone does not install matplotlib
+    if err.name is None or err.name.split(".")[0] != "matplotlib":
+        raise
+    raise ModuleNotFoundError('focalcal.plotting needs matplotlib, which the library alone does not '
+                              'install: pip install "focalcal[plot]"', name="matplotlib") from err
 
 from ._validation import ArrayLike
 from .metrics import reliability_data

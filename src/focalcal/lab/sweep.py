@@ -2,7 +2,7 @@
 
 ::
 
-    python -m focalcal.lab.sweep --profile {smoke,cpu,gpu,paper} [--out DIR] [--executor local|slurm]
+    python -m focalcal.lab.sweep [--profile {smoke,cpu,gpu,paper}] [--out DIR] [--executor local|slurm]
                                  [--jobs N] [--only PATTERN] [--list] [--shrink]
                                  [--dry-run] [--slurm-partition P] [--slurm-time MINUTES]
                                  [--slurm-gpus N] [--slurm-cpus N] [--slurm-array-parallelism N]
@@ -16,11 +16,11 @@ defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templa
 2. ``posthoc_calibration``: fits the post-hoc calibrators on the validation logits and writes one
    row per calibration method into ``calibration.json``.
 
-``DIR`` defaults to ``runs/<profile>`` under the working directory; ``--only`` runs the runs whose
-id matches an ``fnmatch`` pattern, ``--list`` shows each run and whether it is done, ``--dry-run``
-what would be submitted. With ``--executor slurm`` the runs go to SLURM as job arrays, one
-``sbatch`` per array, and a job stopped by its time limit or by preemption is requeued and resumes
-from its checkpoint (:mod:`focalcal.lab.slurm`). Layout of ``DIR``::
+``--profile`` defaults to ``cpu`` and ``DIR`` to ``runs/<profile>`` under the working directory;
+``--only`` runs the runs whose id matches an ``fnmatch`` pattern, ``--list`` shows each run and
+whether it is done, ``--dry-run`` what would be submitted. With ``--executor slurm`` the runs go to
+SLURM as job arrays, one ``sbatch`` per array, and a job stopped by its time limit or by preemption
+is requeued and resumes from its checkpoint (:mod:`focalcal.lab.slurm`). Layout of ``DIR``::
 
     DIR/runs/<run>/spec.json                   what the run is
     DIR/runs/<run>/train_classifier.ipynb      executed notebooks (kept for inspection)
@@ -52,7 +52,7 @@ from typing import Any
 from .io import atomic_write_json, atomic_write_text
 # the runs and profiles live in focalcal.lab.profiles; every name of it stays importable from here
 from .profiles import *  # noqa: F401,F403
-from .profiles import PROFILE_FILE, RunSpec, get_profile
+from .profiles import PROFILE_FILE, Loss, RunSpec, get_profile
 
 TEMPLATES = ("train_classifier", "posthoc_calibration")
 RESULT = "result.json"
@@ -501,12 +501,51 @@ def default_out(profile: str, shrunk: bool = False) -> Path:
     return Path("runs", f"{profile}-shrunk" if shrunk else profile)
 
 
-def _list_runs(runs: list[RunSpec], out: Path) -> None:
-    rows = [("status", "dataset", "network", "loss", "seed", "epochs", "run")]
-    for r in runs:
+def _setting(value: Any) -> str:
+    """A setting as one token of the listing (no spaces): 3.0 -> '3', [5, 13] -> '[5,13]'."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def loss_key(lo: Loss) -> str:
+    """The one label of a loss in the listing, whatever a profile's role calls it: its
+    ``make_loss`` name and parameters, e.g. ``ce``, ``focal(gamma=3)``."""
+    if not lo.params:
+        return lo.name
+    return lo.name + "(" + ",".join(f"{k}={_setting(v)}" for k, v in lo.params) + ")"
+
+
+def list_table(runs: Sequence[RunSpec], out: Path, roles: dict[str, list[str]] | None = None
+               ) -> list[tuple[str, ...]]:
+    """The rows of ``--list`` (a header first): status, role, dataset, network, loss
+    (:func:`loss_key`), seed, each training setting and network parameter whose value differs
+    between the listed runs, and the run id; so that no two rows read the same but for their id."""
+    role_of: dict[str, list[str]] = {}
+    for role, ids in (roles or {}).items():
+        for run_id in ids:
+            role_of.setdefault(run_id, []).append(role)
+
+    def varying(dicts: list[dict[str, Any]]) -> list[str]:
+        keys = sorted({k for d in dicts for k in d})
+        return [k for k in keys if len({_setting(d.get(k, "-")) for d in dicts}) > 1]
+
+    trains = [dict(r.train) for r in runs]
+    nets = [dict(r.model_params) for r in runs]
+    train_keys, net_keys = varying(trains), varying(nets)
+    rows = [("status", "role", "dataset", "network", "loss", "seed", *train_keys, *net_keys, "run")]
+    for r, train, net in zip(runs, trains, nets):
         done = "done" if (out / "runs" / r.run_id / RESULT).is_file() else "pending"
-        rows.append((done, r.dataset, r.model, r.loss.display, str(r.seed),
-                     str(dict(r.train).get("epochs", "")), r.run_id))
+        rows.append((done, ",".join(role_of.get(r.run_id, ["-"])), r.dataset, r.model, loss_key(r.loss),
+                     str(r.seed), *(_setting(train.get(k, "-")) for k in train_keys),
+                     *(_setting(net.get(k, "-")) for k in net_keys), r.run_id))
+    return rows
+
+
+def _list_runs(runs: list[RunSpec], out: Path, roles: dict[str, list[str]] | None = None) -> None:
+    rows = list_table(runs, out, roles)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[-1])
@@ -514,7 +553,8 @@ def _list_runs(runs: list[RunSpec], out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m focalcal.lab.sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("--profile", choices=sorted(PROFILES), help="which table of runs to execute")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="cpu",
+                   help="which table of runs to execute (default: cpu)")
     p.add_argument("--out", default=None,
                    help="results folder, resumed if it exists (default: runs/<profile>)")
     p.add_argument("--executor", choices=("local", "slurm"), default="local")
@@ -522,7 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--only", metavar="PATTERN", default=None,
                    help="only the runs whose id matches this fnmatch pattern, e.g. 'fashion_mnist-*-s0-*'")
     p.add_argument("--list", action="store_true",
-                   help="print the runs (dataset, network, loss, seed, epochs, done or pending) and exit")
+                   help="print the runs (done or pending, role, dataset, network, loss, seed, the "
+                        "training settings that differ between them) and exit")
     p.add_argument("--shrink", action="store_true",
                    help="run the profile's tiny version (1 epoch, a few batches, small networks; "
                         "sweep.shrink): every code path of e.g. the gpu profile on a CPU in minutes "
@@ -539,8 +580,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="print what would run (with --executor slurm: each sbatch, its job array and "
                         "resources) and exit")
     args = p.parse_args(argv)
-    if not args.profile:
-        p.error("--profile is required")
     out = Path(args.out) if args.out is not None else default_out(args.profile, args.shrink)
     slurm = {key: value for key, value in (
         ("slurm_partition", args.slurm_partition), ("timeout_min", args.slurm_time),
@@ -548,7 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("slurm_array_parallelism", args.slurm_array_parallelism)) if value is not None}
     try:
         if args.list:
-            _list_runs(select_runs(args.profile, args.only, shrunk=args.shrink), out)
+            _list_runs(select_runs(args.profile, args.only, shrunk=args.shrink), out,
+                       get_profile(args.profile, shrunk=args.shrink).roles())
             return 0
         if args.dry_run:
             runs = select_runs(args.profile, args.only, shrunk=args.shrink)

@@ -2,6 +2,8 @@
 
 - :func:`check_parameters`: a parameter papermill passed that the template does not declare is an
   error (papermill itself only warns and runs on with the defaults);
+- :func:`check_names`: the ``dataset``, ``model``, ``loss`` and ``schedule`` parameters are
+  registered names, or an error names the template parameter and lists its choices;
 - :func:`reported_errors`: around a template's checks, an error stops the notebook with its cause
   as the first line of what papermill shows;
 - :func:`default_run_dir` and :func:`latest_run`: a run's folder under ``runs/`` of the working
@@ -21,7 +23,7 @@ from typing import Any
 
 from .sweep import RunSpec, loss
 
-__all__ = ["check_parameters", "reported_errors", "default_run_dir", "latest_run", "loss_parameters",
+__all__ = ["check_parameters", "check_names", "reported_errors", "default_run_dir", "latest_run", "loss_parameters",
            "assigned_names"]
 
 
@@ -105,6 +107,27 @@ def check_parameters(history: Sequence[str] | None = None) -> None:
                 raise ValueError(f"unknown parameter {unknown[0]!r}{hint}; the parameters are "
                                  f"{', '.join(declared)}")
             return
+
+
+def check_names(*, dataset: str | None = None, model: str | None = None, loss: str | None = None,
+                schedule: str | None = None) -> None:
+    """Raise ``ValueError`` naming the template parameter (``dataset``, ``model``, ``loss`` or
+    ``schedule``) whose value is not a registered name, and listing its choices.
+
+    Checked before anything uses them, so that the error names the parameter the user set rather
+    than the argument of the library function it reaches (``get_dataset``'s ``name``). ``None``
+    (not a parameter of the template) and an empty ``schedule`` (the trainer's defaults) pass.
+    """
+    from .._validation import check_choice
+    from ..losses import LOSSES
+    from .data import DATASETS
+    from .models import MODELS
+    from .train import SCHEDULES
+
+    for name, value, choices in (("dataset", dataset, DATASETS), ("model", model, MODELS),
+                                 ("loss", loss, LOSSES), ("schedule", schedule or None, SCHEDULES)):
+        if value is not None:
+            check_choice(value, name, tuple(choices))
 
 
 @contextmanager

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._validation import ArrayLike, check_choice
+from .._validation import ArrayLike, check_choice, label_tensor
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -108,14 +108,7 @@ def prepare(logits: ArrayLike, labels: ArrayLike, ignore_index: int, reduction: 
             raise ValueError(f"logits must be an array of numbers, got {type(logits).__name__}") from err
     if not logits.is_floating_point():
         raise ValueError(f"logits must be a floating tensor, got dtype {logits.dtype}")
-    if not isinstance(labels, Tensor):
-        try:
-            labels = torch.as_tensor(np.asarray(labels))
-        except (TypeError, ValueError) as err:
-            raise ValueError("labels must be an array of integer class indices") from err
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"labels must hold integer class indices, got dtype {labels.dtype} "
-                         f"(probability targets are not supported)")
+    labels = label_tensor(labels, "labels")
     if logits.dim() == 0:
         raise ValueError("logits must have a class dimension, got a 0-d tensor")
     if logits.dim() == 1:

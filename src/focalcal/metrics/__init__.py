@@ -6,14 +6,43 @@ labels=labels)``. Exactly one of ``probs`` and ``logits`` is required and ``labe
 required; each violation is a ``ValueError`` naming the argument. The library never guesses from
 the value range whether a score is a probability or a logit, so logits are passed by keyword.
 
-- ``probs``: rows on the simplex, shape ``(N, K)``;
-- ``logits``: unnormalised scores, shape ``(N, K)``;
+- ``probs``: rows on the simplex, shape ``(N, K)``, in any precision (see below);
+- ``logits``: unnormalised scores, shape ``(N, K)``; logits that look like probabilities (every
+  entry in [0, 1], rows summing to 1 by the rule below) warn (``UserWarning``), as in the
+  calibrators: their softmax is flattened towards uniform and every metric of it is wrong;
 - ``labels``: integer class indices, shape ``(N,)``; floating, bool and complex dtypes are
-  refused (as by :mod:`focalcal.losses`), even when the values are whole numbers;
+  refused with the library's one message (as by :mod:`focalcal.losses` and the calibrators),
+  even when the values are whole numbers;
 - ``score``: the confidence-score function of the selective metrics.
 
 The differentiable kernel estimates (:func:`mmce`, :func:`ece_kde`, :func:`kde_bandwidth`) are
 training penalties too and take logits only, ``(logits, labels)`` positionally.
+
+.. _probs-tolerance:
+
+Probabilities in any precision
+------------------------------
+Every function of the library that takes probabilities (the metrics' ``probs`` and
+``true_probs``, :func:`focalcal.maps.focal_map`, :func:`focalcal.maps.inverse_focal_map`)
+applies one rule, whatever dtype the array arrives in (float16 or bfloat16 tensors, float32
+cast to float64, NumPy arrays, lists): every entry lies in [0, 1], and every row sums to 1 within
+
+    ``tol(K) = (2 + log2 K) * 2**-7``
+
+(the row sums taken in float64). ``2**-7`` is one unit in the last place of bfloat16 at 1, the
+coarsest precision probabilities plausibly come in (an AMP evaluation loop's softmax), and
+``log2 K`` allows for the rounding of a softmax accumulated pairwise over ``K`` classes:
+0.023 for ``K = 2``, 0.042 for ``K = 10``, 0.068 for ``K = 100``, 0.094 for ``K = 1000``.
+The tolerance does not depend on the current dtype, because a float32 softmax cast to float64
+still carries float32's rounding. It stays below 0.5 for every practical ``K``, so the check
+still catches scores that are not distributions (rows summing to 0.5 or 2, negative entries,
+logits passed as ``probs``); it is not a test of normalisation to rounding. The metrics use
+the probabilities as given; the maps renormalise rows before use. Metrics of half-precision
+input accumulate their statistics in float64 (below).
+
+Binary scores come as two columns: a 1-D ``p(y=1)`` of shape ``(N,)`` is refused with the
+form to pass instead, ``torch.stack([1 - p, p], dim=-1)`` (or, for one binary logit ``z``,
+``logits=torch.stack([torch.zeros_like(z), z], dim=-1)``).
 
 Shapes
 ------

@@ -3,22 +3,45 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import ArrayLike, check_labels, check_logits, check_probs
+from .._validation import (
+    ArrayLike,
+    as_float_tensor,
+    check_labels,
+    check_logits,
+    check_probs,
+    warn_if_probabilities,
+)
+
+
+_BINARY_FORM = {
+    "probs": "for binary scores p = p(y=1) of shape (N,) pass the two columns "
+             "torch.stack([1 - p, p], dim=-1)",
+    "logits": "for one binary logit z = log(p / (1 - p)) per sample, shape (N,), pass the two "
+              "columns torch.stack([torch.zeros_like(z), z], dim=-1)",
+}
 
 
 def scores_of(probs: ArrayLike | None, logits: ArrayLike | None) -> tuple[Tensor, str]:
-    """The validated ``(..., N, K)`` array that was passed (probabilities or logits) and its name."""
+    """The validated ``(..., N, K)`` array that was passed (probabilities or logits) and its name.
+
+    One-dimensional scores are refused with the two-column form of binary scores; ``logits`` that
+    look like probabilities warn (``UserWarning``), as in the calibrators.
+    """
     if (probs is None) == (logits is None):
         given = "both" if probs is not None else "neither"
         raise ValueError(f"pass exactly one of probs (the first argument) or logits= (got {given})")
-    t, name = (check_probs(probs, "probs"), "probs") if probs is not None \
-        else (check_logits(logits, "logits"), "logits")
-    if t.dim() < 2:
-        raise ValueError(f"{name} must have shape (..., N, K), got shape {tuple(t.shape)}")
+    name = "probs" if probs is not None else "logits"
+    raw = as_float_tensor(probs if probs is not None else logits, name)
+    if raw.dim() < 2:
+        raise ValueError(f"{name} must have shape (..., N, K), one column per class, got shape "
+                         f"{tuple(raw.shape)}; {_BINARY_FORM[name]}")
+    if name == "probs":
+        return check_probs(raw, "probs"), name
+    t = check_logits(raw, "logits")
+    warn_if_probabilities(t)
     return t, name
 
 
@@ -31,17 +54,10 @@ def require_labels(labels: ArrayLike | None) -> None:
 def labels_for(labels: ArrayLike | None, scores: Tensor) -> Tensor:
     """Integer labels ``(N,)`` matching ``scores`` ``(..., N, K)``, on their device.
 
-    Floating (even integral-valued), bool and complex dtypes are refused, as by the losses: a
-    float array here is almost always probabilities or one-hot rows passed in the wrong place.
+    Floating (even integral-valued), bool and complex dtypes are refused with the library's one
+    message (:func:`focalcal._validation.label_tensor`), as by the losses and the calibrators.
     """
     require_labels(labels)
-    if not isinstance(labels, Tensor):
-        try:
-            labels = torch.as_tensor(np.asarray(labels))
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError("labels must be an array of integer class indices") from err
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"labels must have an integer dtype (class indices), got {labels.dtype}")
     return check_labels(labels, n_classes=scores.shape[-1],
                         n_samples=scores.shape[-2]).to(scores.device)
 

@@ -178,7 +178,8 @@ def ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     Parameters
     ----------
     probs : Tensor, shape (..., N, K), optional
-        Probabilities (rows summing to 1). Exactly one of ``probs`` and ``logits`` is required.
+        Probabilities (rows summing to 1, any precision: :ref:`probs-tolerance`). Exactly one
+        of ``probs`` and ``logits`` is required.
     labels : Tensor of int, shape (N,)
         Integer class labels in ``[0, K)`` (required; float labels are refused).
     logits : Tensor, shape (..., N, K), optional, keyword-only
@@ -413,7 +414,8 @@ def reliability_data(probs: ArrayLike | None = None, labels: ArrayLike | None = 
     Parameters
     ----------
     probs : Tensor, shape (N, K), optional
-        Probabilities; exactly one of ``probs`` and ``logits`` (no batch dims).
+        Probabilities (any precision, :ref:`probs-tolerance`); exactly one of ``probs`` and
+        ``logits`` (no batch dims).
     labels : Tensor of int, shape (N,)
     logits : Tensor, shape (N, K), optional, keyword-only
     n_bins : int

@@ -102,10 +102,11 @@ def kl_to_posterior(probs: ArrayLike | None = None, true_probs: ArrayLike | None
     Parameters
     ----------
     probs : Tensor, shape (..., N, K), optional
-        The model's probabilities; exactly one of ``probs`` and ``logits`` is required.
+        The model's probabilities (any precision, :ref:`probs-tolerance`); exactly one of
+        ``probs`` and ``logits`` is required.
     true_probs : Tensor, shape (..., N, K)
-        The true posterior of every sample (rows summing to 1; required); broadcast against the
-        model's.
+        The true posterior of every sample (rows summing to 1 by the same rule; required);
+        broadcast against the model's.
     logits : Tensor, shape (..., N, K), optional, keyword-only
         The model's logits, instead of ``probs``.
 
@@ -167,7 +168,8 @@ def frac_confident(probs: ArrayLike | None = None, labels: ArrayLike | None = No
     Parameters
     ----------
     probs : Tensor, shape (N, K), optional
-        Probabilities; exactly one of ``probs`` and ``logits`` (no batch dims).
+        Probabilities (any precision, :ref:`probs-tolerance`); exactly one of ``probs`` and
+        ``logits`` (no batch dims).
     labels : Tensor of int, shape (N,)
     logits : Tensor, shape (N, K), optional, keyword-only
     threshold : float in [0, 1)

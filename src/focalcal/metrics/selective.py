@@ -22,7 +22,8 @@ def confidence_score(probs: ArrayLike | None = None, *, logits: ArrayLike | None
     Parameters
     ----------
     probs : Tensor, shape (..., N, K), optional
-        Probabilities; exactly one of ``probs`` and ``logits`` is required.
+        Probabilities (any precision, :ref:`probs-tolerance`); exactly one of ``probs`` and
+        ``logits`` is required.
     logits : Tensor, shape (..., N, K), optional, keyword-only
         Unnormalised scores, instead of ``probs``.
     score : {"msp", "neg_entropy", "margin"}

@@ -7,6 +7,7 @@ The protocol, its methods (:data:`METHODS`) and the columns of a row are describ
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from ..._validation import check_int, check_labels, check_logits, check_positive
 from ...posthoc import KK_GAMMAS, FocalTemperatureScaling, PsiCorrection, SearchRangeWarning, TemperatureScaling
 
 __all__ = ["METHODS", "FAMILIES", "METRICS", "Calibration", "training_gamma", "temperature_grid",
-           "metric_row", "confidence_row", "calibrate", "apply_calibration", "fit_on_grid"]
+           "metric_row", "confidence_row", "calibrate", "apply_calibration", "fit_on_grid",
+           "fit_noting_edges"]
 
 #: the post-hoc methods of :func:`calibrate`, in the order of their rows
 METHODS: tuple[str, ...] = ("uncalibrated", "TS (NLL)", "TS (ECE)", "focal TS (NLL)", "focal TS (ECE)",
@@ -43,6 +45,31 @@ def fit_on_grid(calibrator: CalibratorT, logits: torch.Tensor, labels: torch.Ten
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SearchRangeWarning)
         return calibrator.fit(logits, labels)
+
+
+_EDGE = re.compile(r"the selected (\S+) = (\S+) is at the (lower|upper) edge")
+
+
+def fit_noting_edges(calibrator: CalibratorT, logits: torch.Tensor, labels: torch.Tensor
+                     ) -> tuple[CalibratorT, str]:
+    """``calibrator.fit(logits, labels)`` and a note of the selections at the edge of their grid.
+
+    Like :func:`fit_on_grid`, the :class:`~focalcal.posthoc.SearchRangeWarning` is not shown (the
+    papers' grids are searched on purpose), but it is kept: the note is ``""`` or e.g.
+    ``"gamma_ev=5 (upper edge)"`` (several joined by ``"; "``), for a table to mark rather than hide.
+    Other warnings are shown as usual.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibrator.fit(logits, labels)
+    notes = []
+    for w in caught:
+        if not issubclass(w.category, SearchRangeWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            continue
+        m = _EDGE.search(str(w.message))
+        notes.append(f"{m[1]}={m[2]} ({m[3]} edge)" if m else str(w.message))
+    return calibrator, "; ".join(notes)
 
 
 def training_gamma(loss: str, loss_params: Mapping[str, Any] | None = None) -> float:
@@ -204,9 +231,9 @@ def calibrate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: A
     rows, log_probs = [], {}
     for method, cal in fitted.items():
         if cal is None:
-            lp, t, g, score = torch.log_softmax(zt, dim=-1), 1.0, 0.0, None
+            lp, t, g, score, at_edge = torch.log_softmax(zt, dim=-1), 1.0, 0.0, None, ""
         else:
-            fit_on_grid(cal, zv, yv)
+            _, at_edge = fit_noting_edges(cal, zv, yv)
             lp = cal(zt)
             t = float(getattr(cal, "temperature_", 1.0))  # Psi has no temperature: T = 1
             if isinstance(cal, FocalTemperatureScaling):
@@ -218,7 +245,7 @@ def calibrate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: A
             score = getattr(cal, "best_score_", None)
         log_probs[method] = lp
         rows.append({"method": method, "family": FAMILIES[method], "criterion": criteria.get(method),
-                     "temperature": t, "gamma_ev": g,
+                     "temperature": t, "gamma_ev": g, "at_edge": at_edge,
                      "val_score": None if score is None else float(score),
                      **metric_row(yt, lp, n_bins=n_bins),
                      "n_val": int(zv.shape[0]), "n_test": int(zt.shape[0]),
