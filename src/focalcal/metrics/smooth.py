@@ -104,7 +104,7 @@ def smooth_ece(probs: ArrayLike | None = None, labels: ArrayLike | None = None, 
     >>> round(smooth_ece(logits=z, labels=labels), 3)  # calibrated: small
     0.012
     >>> round(smooth_ece(logits=3 * z, labels=labels), 3), round(ece(logits=3 * z, labels=labels), 3)
-    (0.167, 0.158)
+    (0.158, 0.158)
     """
     conf, correct = top_label(probs, labels, logits)
     if conf.dim() != 1:
