@@ -174,14 +174,16 @@ class HistogramBinning(_Calibrator):
         self._require_fitted()
         z = self._check_predict_logits(logits)
         shape, dtype = z.shape, z.dtype
-        lp = torch.log_softmax(z.reshape(-1, shape[-1]).to(torch.float64), dim=-1)
+        # log-probabilities below -700 (probabilities under 1e-304, far below PROB_FLOOR) are raised
+        # to -700: exp then never takes its slow subnormal path, and the floor makes the change moot
+        lp = torch.log_softmax(z.reshape(-1, shape[-1]).to(torch.float64), dim=-1).clamp_min(-700.0)
         edges, values = self.bin_edges_.to(lp.device), self.bin_values_.to(lp.device)
         if self.mode == "top_label":
             top, pred = lp.max(dim=-1)
             h = values[_bin_of(top.exp().unsqueeze(0), edges.unsqueeze(0))[0]]
             is_top = torch.nn.functional.one_hot(pred, shape[-1]).bool()
             # log(1 - c) as the log-sum of the other classes: exact also when c rounds to 1
-            log_rest = torch.logsumexp(lp.masked_fill(is_top, -math.inf), dim=-1, keepdim=True)
+            log_rest = torch.logsumexp(lp.masked_fill(is_top, -700.0), dim=-1, keepdim=True)
             q = torch.where(is_top, h.unsqueeze(-1), (1 - h).unsqueeze(-1) * torch.exp(lp - log_rest))
         else:
             x = lp.exp().T.contiguous()
