@@ -1,4 +1,4 @@
-r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi.
+r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi, histogram binning, isotonic regression.
 
 Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.Module`:
 
@@ -71,9 +71,11 @@ fixed published grid on purpose can filter it alone
 
 Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
 ``AttributeError``; scikit-learn's own ``NotFittedError``'s subclass where scikit-learn is
-importable). Fitting never changes the argmax: temperature scaling with
-``T > 0`` and the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top
-class.
+importable). TS, focal TS and Psi never change the argmax: temperature scaling with ``T > 0`` and
+the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top class. The
+non-parametric :class:`HistogramBinning` and :class:`IsotonicCalibration` can change it (and with
+it the accuracy); their probabilities are floored at ``1e-12`` so that their log-probabilities
+stay finite (see their docstrings).
 
 Which paper each calibrator follows
 -----------------------------------
@@ -91,6 +93,12 @@ Which paper each calibrator follows
 :class:`PsiCorrection`
     Charoenphakdee et al. (2021), Thm. 11: ``Psi^gamma(softmax(z))`` with the training ``gamma``;
     nothing is fitted.
+:class:`HistogramBinning`
+    Zadrozny & Elkan (2001), Guo et al. (2017, Sec. 4.1): equal-mass (or equal-width) bins of the
+    top-label confidence or of every class's probability. Does **not** preserve the argmax.
+:class:`IsotonicCalibration`
+    Zadrozny & Elkan (2002): one-vs-rest isotonic regression of the softmax probabilities,
+    renormalised. Does **not** preserve the argmax.
 
 Tie-breaking of grid searches
 -----------------------------
@@ -139,6 +147,8 @@ __all__ = [
     "KK_TEMPERATURES",
     "MUKHOTI_TEMPERATURES",
     "FocalTemperatureScaling",
+    "HistogramBinning",
+    "IsotonicCalibration",
     "NotFittedError",
     "PsiCorrection",
     "SearchRangeWarning",
@@ -875,3 +885,7 @@ class PsiCorrection(_Calibrator):
         """Log-probabilities ``log Psi^gamma(softmax(logits))``, shape ``(..., K)``."""
         z = self._check_predict_logits(logits)
         return maps.log_focal_map_from_logits(z, self._gamma)
+
+
+# the non-parametric calibrators subclass _Calibrator, so they are imported once it exists
+from ._binning import HistogramBinning, IsotonicCalibration  # noqa: E402

@@ -53,7 +53,7 @@ Return types
 ------------
 Each function has one return type:
 
-- the scalar metrics :func:`ece`, :func:`mce`, :func:`classwise_ece`, :func:`nll`,
+- the scalar metrics :func:`ece`, :func:`smooth_ece`, :func:`mce`, :func:`classwise_ece`, :func:`nll`,
   :func:`brier`, :func:`accuracy`, :func:`kl_to_posterior`, :func:`aurc` and :func:`eaurc`
   take one model's ``(N, K)`` scores and return a Python ``float``; input with leading batch
   dims is refused with a pointer to their batched forms;
@@ -110,6 +110,7 @@ from .binned import BINNINGS, NORMS, ReliabilityData, calibration_error, reliabi
 from .kernel import ece_kde, kde_bandwidth, mmce
 from .proper import Confident, frac_confident
 from .selective import confidence_score
+from .smooth import smooth_ece
 
 __all__ = [
     "BINNINGS",
@@ -135,6 +136,7 @@ __all__ = [
     "mmce",
     "nll",
     "reliability_data",
+    "smooth_ece",
 ]
 
 
