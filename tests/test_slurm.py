@@ -195,7 +195,7 @@ def test_smoke_runs_on_slurm_as_locally(slurm_cluster, smoke_runs, tmp_path):
     assert queue_drains(slurm_cluster)
 
 
-SLOW_EPOCHS = 60
+SLOW_EPOCHS = 200  # long enough that both runs are still training when the test signals them (idle: ~20 s)
 
 
 def slow_profile() -> sweep.Profile:
