@@ -37,7 +37,7 @@ from scipy.optimize import isotonic_regression
 
 from . import _calibrators as _cal
 from ._validation import ArrayLike, check_choice, check_int
-from .posthoc import _Calibrator
+from ._estimator import _Calibrator
 
 __all__ = ["HistogramBinning", "IsotonicCalibration", "PROB_FLOOR"]
 
