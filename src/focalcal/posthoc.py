@@ -1,4 +1,6 @@
-r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi.
+r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi, and the
+parametric calibrators practitioners weigh them against (vector and matrix scaling, Dirichlet
+calibration, ensemble temperature scaling).
 
 Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.Module`:
 
@@ -40,7 +42,8 @@ fixed published grid on purpose can filter it alone
 (``warnings.simplefilter("ignore", SearchRangeWarning)``).
 
 Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
-``AttributeError``, like scikit-learn's). Fitting never changes the argmax: temperature scaling with
+``AttributeError``, like scikit-learn's). TS, focal TS, Psi and ensemble TS never change the argmax
+(vector and matrix scaling and Dirichlet calibration can): temperature scaling with
 ``T > 0`` and the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top
 class.
 
@@ -60,6 +63,15 @@ Which paper each calibrator follows
 :class:`PsiCorrection`
     Charoenphakdee et al. (2021), Thm. 11: ``Psi^gamma(softmax(z))`` with the training ``gamma``;
     nothing is fitted.
+:class:`VectorScaling`, :class:`MatrixScaling`
+    Guo et al. (2017): ``softmax(v * z + b)`` and ``softmax(W z + b)``, the latter with Kull et al.'s
+    (2019) off-diagonal and intercept regularisation (ODIR). They do **not** preserve the argmax.
+:class:`DirichletCalibration`
+    Kull et al. (2019): ``softmax(W log softmax(z) + b)`` with ODIR or L2. Does **not** preserve the
+    argmax.
+:class:`EnsembleTemperatureScaling`
+    Zhang et al. (2020): ``w_0 softmax(z / T) + w_1 softmax(z) + w_2 / K``. Preserves the argmax.
+    These four live in the private module ``focalcal._scaling`` (its docstring: how they are fitted).
 
 Tie-breaking of grid searches
 -----------------------------
@@ -107,11 +119,15 @@ __all__ = [
     "KK_GAMMAS",
     "KK_TEMPERATURES",
     "MUKHOTI_TEMPERATURES",
+    "DirichletCalibration",
+    "EnsembleTemperatureScaling",
     "FocalTemperatureScaling",
+    "MatrixScaling",
     "NotFittedError",
     "PsiCorrection",
     "SearchRangeWarning",
     "TemperatureScaling",
+    "VectorScaling",
     "focal_ts_scores",
 ]
 
@@ -779,3 +795,8 @@ class PsiCorrection(_Calibrator):
         """Log-probabilities ``log Psi^gamma(softmax(logits))``, shape ``(..., K)``."""
         z = self._check_predict_logits(logits)
         return maps.log_focal_map_from_logits(z, self._gamma)
+
+
+# the parametric calibrators subclass _Calibrator, so they are imported once it exists
+from ._scaling import (DirichletCalibration, EnsembleTemperatureScaling, MatrixScaling,  # noqa: E402
+                       VectorScaling)
