@@ -168,17 +168,25 @@ def test_dirichletcal_default_reference_row_and_clipping_give_a_different_fit():
     ours = DirichletCalibration(0.3, 0.05, tol=1e-10).fit(z, y).predict_proba(z).numpy()
     refrow = _softmax_affine(_odir_oracle(x.numpy(), y.numpy(), 0.3, 0.05, ref_row=True), x.numpy())
     assert np.abs(ours - refrow).max() > 1e-3
-    # its clipping of log-probabilities at log(tiny) = -708 loses the logits beyond: ours keeps them
+    # its clipping of probabilities at the smallest normal float caps log q at -708: a fitted map
+    # applied to logits beyond that sees different features; ours applies it to the exact log q
+    fitted = DirichletCalibration(0.3, 0.05).fit(z, y)
+    wb = torch.cat([fitted.coef_, fitted.intercept_[:, None]], 1).numpy()
     ze = z.clone()
     ze[:50, 0] += 1e4  # 50 rows with an extreme top logit
     xe = torch.log_softmax(ze, -1).numpy()
     xc = np.log(np.clip(np.exp(xe), np.finfo(np.float64).tiny, 1.0))
     assert xe.min() < -9000 and xc.min() > -709
-    ours_e = DirichletCalibration(0.3, 0.05, tol=1e-9).fit(ze, y)
-    np.testing.assert_allclose(ours_e.predict_proba(ze).numpy(),
-                               _softmax_affine(_odir_oracle(xe, y.numpy(), 0.3, 0.05), xe), atol=1e-6)
-    clipped = _softmax_affine(_odir_oracle(xc, y.numpy(), 0.3, 0.05), xc)
-    assert np.abs(ours_e.predict_proba(ze).numpy() - clipped).max() > 1e-3
+    ours_e = fitted.predict_proba(ze).numpy()
+    np.testing.assert_allclose(ours_e, _softmax_affine(wb, xe), atol=1e-12)
+    # the probabilities of the other classes both round to 0 there; their logarithms (what the NLL
+    # of a wrong top class charges) differ by thousands of nats
+    def log_affine(x):
+        s = x @ wb[:, :-1].T + wb[:, -1]
+        return s - s.max(1, keepdims=True) - np.log(np.exp(s - s.max(1, keepdims=True)).sum(1, keepdims=True))
+    logp = fitted(ze).numpy()
+    np.testing.assert_allclose(logp, log_affine(xe), rtol=1e-10, atol=1e-9)
+    assert np.abs(logp - log_affine(xc)).max() > 1000
 
 
 def test_vector_scaling_equals_a_numpy_fit_of_guo_et_al_objective():
