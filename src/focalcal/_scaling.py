@@ -116,22 +116,30 @@ class _LinearScaling(_Calibrator):
         t = _ts_temperature(z, y)
         n_w = k if self._diagonal else k * k
         w0 = torch.full((k,), 1.0 / t, dtype=torch.float64) if self._diagonal else torch.eye(k, dtype=torch.float64) / t
-        theta0 = np.concatenate([w0.reshape(-1).numpy(), np.zeros(k)])
         shape_w = (k,) if self._diagonal else (k, k)
+
+        # optimised on centred features (the intercept absorbs the column means: b = c - W m),
+        # which conditions the problem (log-probabilities share a large negative offset); the
+        # objective and its penalty are those of (W, b)
+        m = x.mean(0)
+        xc = x - m
+
+        def affine(w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return v * w if self._diagonal else v @ w.T
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
             th = torch.from_numpy(theta).to(z.device)
-            w, b = th[:n_w].view(shape_w), th[n_w:]
-            s = (x * w if self._diagonal else x @ w.T) + b
-            logp = torch.log_softmax(s, dim=-1)
+            w, c = th[:n_w].view(shape_w), th[n_w:]
+            logp = torch.log_softmax(affine(w, xc) + c, dim=-1)
             nll = -float((logp * onehot).sum()) / n
             g = (logp.exp() - onehot) / n
-            gw = (g * x).sum(0) if self._diagonal else g.T @ x
-            gb = g.sum(0)
-            pen, pw, pb = self._penalty(w, b, k)
-            grad = torch.cat([(gw + pw).reshape(-1), gb + pb]).cpu().numpy()
+            gw = (g * xc).sum(0) if self._diagonal else g.T @ xc
+            pen, pw, pb = self._penalty(w, c - affine(w, m), k)
+            gw = gw + pw - (pb * m if self._diagonal else torch.outer(pb, m))
+            grad = torch.cat([gw.reshape(-1), g.sum(0) + pb]).cpu().numpy()
             return nll + pen, grad
 
+        theta0 = np.concatenate([w0.reshape(-1).numpy(), affine(w0.to(x.device), x.mean(0)).cpu().numpy()])
         res = minimize(objective, theta0, jac=True, method="L-BFGS-B",
                        options={"maxiter": self._max_iter, "gtol": self._tol, "ftol": 1e-15, "maxcor": 20,
                                 "maxfun": 2 * self._max_iter})
@@ -141,7 +149,7 @@ class _LinearScaling(_Calibrator):
                           f"max_iter= or tol=", UserWarning, stacklevel=2)
         theta = torch.from_numpy(res.x)
         self.coef_ = theta[:n_w].view(shape_w).clone()
-        self.intercept_ = theta[n_w:].clone()
+        self.intercept_ = theta[n_w:] - affine(self.coef_, m.cpu())
         self.n_iter_ = int(res.nit)
         self.n_classes_ = int(k)
         self._is_fitted = True
