@@ -1,4 +1,6 @@
-r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi, histogram binning, isotonic regression.
+r"""Post-hoc calibrators on logits: temperature scaling, focal temperature scaling, Psi, and the
+calibrators practitioners weigh them against: vector and matrix scaling, Dirichlet calibration,
+ensemble temperature scaling, histogram binning and isotonic regression.
 
 Every calibrator has a scikit-learn-like interface *and* is a :class:`torch.nn.Module`:
 
@@ -71,11 +73,11 @@ fixed published grid on purpose can filter it alone
 
 Using a calibrator before ``fit`` raises :class:`NotFittedError` (a ``ValueError`` and
 ``AttributeError``; scikit-learn's own ``NotFittedError``'s subclass where scikit-learn is
-importable). TS, focal TS and Psi never change the argmax: temperature scaling with ``T > 0`` and
-the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top class. The
-non-parametric :class:`HistogramBinning` and :class:`IsotonicCalibration` can change it (and with
-it the accuracy); their probabilities are floored at ``1e-12`` so that their log-probabilities
-stay finite (see their docstrings).
+importable). TS, focal TS, Psi and ensemble TS never change the argmax: temperature scaling with
+``T > 0`` and the focal map (Charoenphakdee et al. 2021, Prop. 12) are order-preserving on the top
+class. Vector and matrix scaling, Dirichlet calibration, histogram binning and isotonic regression
+can change it (and with it the accuracy); the non-parametric two floor their probabilities at
+``1e-12`` so that their log-probabilities stay finite (see their docstrings).
 
 Which paper each calibrator follows
 -----------------------------------
@@ -99,6 +101,15 @@ Which paper each calibrator follows
 :class:`IsotonicCalibration`
     Zadrozny & Elkan (2002): one-vs-rest isotonic regression of the softmax probabilities,
     renormalised. Does **not** preserve the argmax.
+:class:`VectorScaling`, :class:`MatrixScaling`
+    Guo et al. (2017): ``softmax(v * z + b)`` and ``softmax(W z + b)``, the latter with Kull et al.'s
+    (2019) off-diagonal and intercept regularisation (ODIR). They do **not** preserve the argmax.
+:class:`DirichletCalibration`
+    Kull et al. (2019): ``softmax(W log softmax(z) + b)`` with ODIR or L2. Does **not** preserve the
+    argmax.
+:class:`EnsembleTemperatureScaling`
+    Zhang et al. (2020): ``w_0 softmax(z / T) + w_1 softmax(z) + w_2 / K``. Preserves the argmax.
+    These four live in the private module ``focalcal._scaling`` (its docstring: how they are fitted).
 
 Tie-breaking of grid searches
 -----------------------------
@@ -148,13 +159,17 @@ __all__ = [
     "KK_GAMMAS",
     "KK_TEMPERATURES",
     "MUKHOTI_TEMPERATURES",
+    "DirichletCalibration",
+    "EnsembleTemperatureScaling",
     "FocalTemperatureScaling",
     "HistogramBinning",
     "IsotonicCalibration",
+    "MatrixScaling",
     "NotFittedError",
     "PsiCorrection",
     "SearchRangeWarning",
     "TemperatureScaling",
+    "VectorScaling",
     "focal_ts_scores",
 ]
 
@@ -732,3 +747,8 @@ class PsiCorrection(_Calibrator):
         """Log-probabilities ``log Psi^gamma(softmax(logits))``, shape ``(..., K)``."""
         z = self._check_predict_logits(logits)
         return maps.log_focal_map_from_logits(z, self._gamma)
+
+
+# the parametric calibrators subclass _Calibrator, so they are imported once it exists
+from ._scaling import (DirichletCalibration, EnsembleTemperatureScaling, MatrixScaling,  # noqa: E402
+                       VectorScaling)

@@ -1,0 +1,506 @@
+r"""Parametric post-hoc calibrators beyond temperature scaling (exported by :mod:`focalcal.posthoc`).
+
+* :class:`VectorScaling` (Guo et al. 2017): ``softmax(v * z + b)``, one scale and one intercept per
+  class;
+* :class:`MatrixScaling` (Guo et al. 2017): ``softmax(W z + b)``, with the off-diagonal and
+  intercept regularisation (ODIR) of Kull et al. (2019);
+* :class:`DirichletCalibration` (Kull et al. 2019): ``softmax(W log softmax(z) + b)``, a linear map
+  on the log-probabilities, with ODIR or L2 regularisation;
+* :class:`EnsembleTemperatureScaling` (Zhang et al. 2020, "Mix-n-Match"): a convex combination of
+  TS, the uncalibrated softmax and the uniform distribution.
+
+Which preserve the argmax
+-------------------------
+Ensemble temperature scaling does: each of its three components orders the classes as the logits
+do (or ties them all), so their mixture with non-negative weights keeps the class of the largest
+logit on top. Vector scaling, matrix scaling and Dirichlet calibration do **not**: a per-class
+intercept, per-class scales or off-diagonal weights can move another class on top (that is how they
+can raise accuracy, and how they can lower it). ``tests/test_scaling.py`` checks both.
+
+How the linear calibrators are fitted
+-------------------------------------
+The regularised mean negative log-likelihood is convex in ``(W, b)``; it is minimised by full-batch
+L-BFGS (scipy's ``L-BFGS-B``) in float64, with the gradient computed in closed form by torch
+(``(softmax - onehot)^T x / N``), starting from the temperature-scaling solution ``W = I / T``,
+``b = 0`` (:class:`~focalcal.posthoc.TemperatureScaling` with ``criterion="nll"``; for Dirichlet
+calibration the same start, since ``softmax(log softmax(z) / T) = softmax(z / T)``). The fit stops
+when the largest gradient entry falls below ``tol`` or after ``max_iter`` iterations (then it warns).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+from scipy.optimize import minimize, minimize_scalar
+
+from . import _calibrators as _cal
+from ._validation import ArrayLike, check_choice, check_int, check_positive
+from ._estimator import _Calibrator
+from .posthoc import TemperatureScaling
+
+__all__ = ["DirichletCalibration", "EnsembleTemperatureScaling", "MatrixScaling", "VectorScaling"]
+
+LINEAR_REGULARISATIONS = ("odir", "l2", "none")
+ETS_LOSSES = ("mse", "nll")
+
+
+def _check_nonnegative(x: float, name: str) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a real number >= 0, got {x!r}") from err
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {v}")
+    return v
+
+
+def _ts_temperature(z: torch.Tensor, y: torch.Tensor) -> float:
+    """The NLL temperature (the start of the linear fits); its edge warning is not the caller's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _cal.SearchRangeWarning)
+        return TemperatureScaling().fit(z, y).temperature_
+
+
+# ============================================================================================
+# the linear calibrators: softmax(W x + b) on features x (logits or log-probabilities)
+# ============================================================================================
+
+class _LinearScaling(_Calibrator):
+    """Shared fit of ``softmax(W x + b)``: ``W`` diagonal (vector scaling) or full."""
+
+    _fitted_names = ("coef_", "intercept_", "n_iter_", "n_classes_")
+    _diagonal = False
+
+    def _validate_params(self) -> None:
+        self._tol = check_positive(self.tol, "tol")
+        self._max_iter = check_int(self.max_iter, "max_iter")
+        if self._diagonal:
+            return
+        check_choice(self.regularization, "regularization", LINEAR_REGULARISATIONS)
+        self._reg_lambda = _check_nonnegative(self.reg_lambda, "reg_lambda")
+        if self.reg_mu is not None and self.regularization != "odir":
+            raise ValueError(f"reg_mu is the intercept weight of regularization='odir' only (with 'l2' reg_lambda "
+                             f"weighs the intercepts too); leave it None, got reg_mu={self.reg_mu!r}")
+        self._reg_mu = self._reg_lambda if self.reg_mu is None else _check_nonnegative(self.reg_mu, "reg_mu")
+
+    def _features(self, z: torch.Tensor) -> torch.Tensor:
+        return z
+
+    def _penalty(self, w: torch.Tensor, b: torch.Tensor, k: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """Penalty value and its gradients with respect to ``w`` and ``b``."""
+        reg = "none" if self._diagonal else self.regularization
+        if reg == "odir":
+            lam, mu = self._reg_lambda, self._reg_mu
+            off = w.clone().fill_diagonal_(0.0)
+            c_w = lam / (k * (k - 1))
+            c_b = mu / k
+            return (c_w * float((off ** 2).sum()) + c_b * float((b ** 2).sum()), 2 * c_w * off, 2 * c_b * b)
+        if reg == "l2":
+            c = self._reg_lambda / (k * (k + 1))
+            return c * float((w ** 2).sum() + (b ** 2).sum()), 2 * c * w, 2 * c * b
+        return 0.0, torch.zeros_like(w), torch.zeros_like(b)
+
+    def fit(self, logits: ArrayLike, labels: ArrayLike):
+        """Fit ``coef_`` and ``intercept_`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``.
+
+        Warns (``UserWarning``) if L-BFGS stops at ``max_iter`` before the gradient is below ``tol``.
+        """
+        name = type(self).__name__
+        z, y = _cal.check_fit_args(logits, labels, f"{name}.fit")
+        n, k = z.shape
+        x = self._features(z)
+        onehot = torch.zeros(n, k, dtype=torch.float64, device=z.device)
+        onehot[torch.arange(n, device=z.device), y] = 1.0
+        t = _ts_temperature(z, y)
+        n_w = k if self._diagonal else k * k
+        w0 = torch.full((k,), 1.0 / t, dtype=torch.float64) if self._diagonal else torch.eye(k, dtype=torch.float64) / t
+        shape_w = (k,) if self._diagonal else (k, k)
+
+        # optimised on centred features (the intercept absorbs the column means: b = c - W m),
+        # which conditions the problem (log-probabilities share a large negative offset); the
+        # objective and its penalty are those of (W, b)
+        m = x.mean(0)
+        xc = x - m
+
+        def affine(w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return v * w if self._diagonal else v @ w.T
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            th = torch.from_numpy(theta).to(z.device)
+            w, c = th[:n_w].view(shape_w), th[n_w:]
+            logp = torch.log_softmax(affine(w, xc) + c, dim=-1)
+            nll = -float((logp * onehot).sum()) / n
+            g = (logp.exp() - onehot) / n
+            gw = (g * xc).sum(0) if self._diagonal else g.T @ xc
+            pen, pw, pb = self._penalty(w, c - affine(w, m), k)
+            gw = gw + pw - (pb * m if self._diagonal else torch.outer(pb, m))
+            grad = torch.cat([gw.reshape(-1), g.sum(0) + pb]).cpu().numpy()
+            return nll + pen, grad
+
+        theta0 = np.concatenate([w0.reshape(-1).numpy(), affine(w0.to(x.device), x.mean(0)).cpu().numpy()])
+        res = minimize(objective, theta0, jac=True, method="L-BFGS-B",
+                       options={"maxiter": self._max_iter, "gtol": self._tol, "ftol": 1e-15, "maxcor": 20,
+                                "maxfun": 2 * self._max_iter})
+        if not res.success and np.abs(res.jac).max() > self._tol:
+            warnings.warn(f"{name}.fit: L-BFGS stopped after {res.nit} iterations ({res.message}) with the "
+                          f"largest gradient entry {np.abs(res.jac).max():.3g} > tol={self._tol:g}; raise "
+                          f"max_iter= or tol=", UserWarning, stacklevel=2)
+        theta = torch.from_numpy(res.x)
+        self.coef_ = theta[:n_w].view(shape_w).clone()
+        self.intercept_ = theta[n_w:] - affine(self.coef_, m.cpu())
+        self.n_iter_ = int(res.nit)
+        self.n_classes_ = int(k)
+        self._is_fitted = True
+        return self
+
+    def forward(self, logits: ArrayLike) -> torch.Tensor:
+        """Log-probabilities ``log softmax(W x + b)``, shape ``(..., K)``, in the dtype of ``logits``."""
+        self._require_fitted()
+        z = self._check_predict_logits(logits)
+        x = self._features(z.to(torch.float64))
+        w, b = self.coef_.to(x.device), self.intercept_.to(x.device)
+        s = (x * w if self._diagonal else x @ w.T) + b
+        return torch.log_softmax(s, dim=-1).to(z.dtype)
+
+    def extra_repr(self) -> str:
+        return f"regularization={self.regularization!r}, reg_lambda={self.reg_lambda!r}, reg_mu={self.reg_mu!r}"
+
+
+class VectorScaling(_LinearScaling):
+    r"""Vector scaling (Guo et al. 2017): ``p = softmax(v * z + b)``, ``v`` and ``b`` in ``R^K``.
+
+    One scale and one intercept per class, fitted by minimising the mean negative log-likelihood
+    on held-out data (unregularised, as in Guo et al.; see the module docstring for the fit).
+    **It does not preserve the argmax** in general: the intercepts, and scales that differ between
+    classes, can put another class on top.
+
+    Parameters
+    ----------
+    tol : float
+        L-BFGS stops when the largest gradient entry of the mean NLL is below ``tol``.
+    max_iter : int
+        Iteration cap of L-BFGS (a warning if reached before ``tol``).
+
+    Attributes
+    ----------
+    coef_ : Tensor, shape (K,)
+        The per-class scales ``v``.
+    intercept_ : Tensor, shape (K,)
+        The per-class intercepts ``b``.
+    n_iter_ : int
+        L-BFGS iterations of the fit.
+    n_classes_ : int
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.posthoc import VectorScaling
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(torch.softmax(z + torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64), 1),
+    ...                            1, generator=g).squeeze(1)
+    >>> vs = VectorScaling().fit(3 * z, labels)  # over-confident, and class 0 under-predicted
+    >>> vs.coef_.round(decimals=1), (vs.intercept_ - vs.intercept_.mean()).round(decimals=1)
+    (tensor([0.3000, 0.3000, 0.3000], dtype=torch.float64), tensor([ 0.6000, -0.3000, -0.3000], dtype=torch.float64))
+    >>> vs.predict_proba(3 * z[:2])
+    tensor([[0.0451, 0.7656, 0.1893],
+            [0.9871, 0.0089, 0.0040]], dtype=torch.float64)
+    """
+
+    _diagonal = True
+
+    def __init__(self, *, tol: float = 1e-7, max_iter: int = 1000) -> None:
+        super().__init__()
+        self.tol, self.max_iter = tol, max_iter
+        self._validate_params()
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class MatrixScaling(_LinearScaling):
+    r"""Matrix scaling (Guo et al. 2017) with ODIR (Kull et al. 2019): ``p = softmax(W z + b)``.
+
+    ``W`` (``K x K``) and ``b`` minimise, on held-out logits ``z`` and labels ``y``,
+
+    .. math::
+
+        \frac1N \sum_n -\log p_{y_n}(z_n)
+        + \frac{\lambda}{K(K-1)} \sum_{i \ne j} W_{ij}^2 + \frac{\mu}{K} \sum_j b_j^2
+
+    (``regularization="odir"``, Kull et al.'s off-diagonal and intercept regularisation: the
+    diagonal is free, so ``W = I / T`` costs nothing and a large ``lambda``, ``mu`` shrinks towards
+    vector scaling without intercept), or with ``regularization="l2"``
+    ``lambda / (K (K + 1)) * (sum W_ij^2 + sum b_j^2)``, or unregularised (``"none"``; with many
+    classes it overfits). **It does not preserve the argmax**: off-diagonal weights and intercepts
+    can put another class on top. See the module docstring for the fit (L-BFGS from the TS
+    solution).
+
+    Kull et al.'s package ``dirichletcal`` writes the same penalty on ``W - 1 w_K^T`` (its default
+    ``ref_row=True`` subtracts the last row, which leaves the softmax unchanged but not the
+    penalty), and clips probabilities to ``[eps, 1 - eps]`` inside its loss; we penalise ``W`` as
+    the paper writes it and take the exact log-softmax, so with ``lambda, mu > 0`` our fit differs
+    from the package's default (``tests/test_scaling.py`` shows by how much) and equals it with
+    ``ref_row=False``.
+
+    Parameters
+    ----------
+    reg_lambda : float, ``>= 0``
+        ``lambda``: weight of the off-diagonal penalty (of every weight for ``"l2"``).
+    reg_mu : float ``>= 0``, optional
+        ``mu``: weight of the intercept penalty (``"odir"`` only); ``None`` (default) takes ``reg_lambda``.
+    regularization : {"odir", "l2", "none"}
+    tol, max_iter
+        As in :class:`VectorScaling`.
+
+    Attributes
+    ----------
+    coef_ : Tensor, shape (K, K)
+        ``W`` (rows: output classes).
+    intercept_ : Tensor, shape (K,)
+    n_iter_ : int
+    n_classes_ : int
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.posthoc import MatrixScaling
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(torch.softmax(z, 1), 1, generator=g).squeeze(1)
+    >>> labels = torch.where(labels == 2, 1, labels)  # the network confuses class 1 for class 2
+    >>> ms = MatrixScaling(reg_lambda=1e-3, reg_mu=1e-3).fit(z, labels)
+    >>> ms.coef_.round(decimals=1)
+    tensor([[ 0.8000, -0.2000, -0.2000],
+            [-0.1000,  0.3000,  0.2000],
+            [ 0.1000,  0.2000,  0.1000]], dtype=torch.float64)
+    >>> (ms.predict_proba(z).argmax(1) == labels).double().mean() > (z.argmax(1) == labels).double().mean()
+    tensor(True)
+    """
+
+    def __init__(self, reg_lambda: float = 1e-2, reg_mu: float | None = None, *, regularization: str = "odir",
+                 tol: float = 1e-7, max_iter: int = 1000) -> None:
+        super().__init__()
+        self.reg_lambda, self.reg_mu, self.regularization = reg_lambda, reg_mu, regularization
+        self.tol, self.max_iter = tol, max_iter
+        self._validate_params()
+
+
+class DirichletCalibration(_LinearScaling):
+    r"""Dirichlet calibration (Kull et al. 2019): ``p = softmax(W log q + b)``, ``q = softmax(z)``.
+
+    Matrix scaling on the log-probabilities ``log q`` instead of the logits (the canonical
+    parametrisation of Kull et al.'s Dirichlet calibration map), with the same objective and
+    regularisations as :class:`MatrixScaling`: ``"odir"`` (the default, Kull et al.'s choice for
+    neural networks) or ``"l2"`` (every weight and intercept, ``lambda / (K (K + 1))``).
+    ``log q`` is the exact log-softmax of the logits in float64, so logits of ``+-1e4`` stay finite;
+    Kull et al.'s package ``dirichletcal`` takes ``log`` of probabilities clipped at the smallest
+    normal float (``log q >= -708``) and penalises ``W - 1 w_K^T`` (see :class:`MatrixScaling`),
+    which is where our fits differ from its defaults. **It does not preserve the argmax.**
+
+    Parameters
+    ----------
+    reg_lambda, reg_mu, regularization, tol, max_iter
+        As in :class:`MatrixScaling`.
+
+    Attributes
+    ----------
+    coef_ : Tensor, shape (K, K)
+    intercept_ : Tensor, shape (K,)
+    n_iter_ : int
+    n_classes_ : int
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.posthoc import DirichletCalibration
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(torch.softmax(z / 2, 1), 1, generator=g).squeeze(1)
+    >>> dc = DirichletCalibration(reg_lambda=1e-3, reg_mu=1e-3).fit(z, labels)
+    >>> dc.coef_.diagonal().round(decimals=1)  # about 1 / 2: the logits are twice too sharp
+    tensor([0.5000, 0.5000, 0.4000], dtype=torch.float64)
+    >>> dc.predict_proba(z[:1].float())
+    tensor([[0.0919, 0.5951, 0.3130]])
+    """
+
+    def __init__(self, reg_lambda: float = 1e-2, reg_mu: float | None = None, *, regularization: str = "odir",
+                 tol: float = 1e-7, max_iter: int = 1000) -> None:
+        super().__init__()
+        self.reg_lambda, self.reg_mu, self.regularization = reg_lambda, reg_mu, regularization
+        self.tol, self.max_iter = tol, max_iter
+        self._validate_params()
+
+    def _features(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(z, dim=-1)
+
+
+# ============================================================================================
+# ensemble temperature scaling
+# ============================================================================================
+
+class EnsembleTemperatureScaling(_Calibrator):
+    r"""Ensemble temperature scaling (Zhang et al. 2020, "Mix-n-Match", Sec. 3.1).
+
+    ``p = w_0 softmax(z / T) + w_1 softmax(z) + w_2 / K`` with weights ``w >= 0`` summing to 1: a
+    mixture of temperature scaling, the uncalibrated network and the uniform distribution. ``T`` is
+    fitted first, then the weights with ``T`` fixed, both by minimising ``loss`` on held-out data:
+
+    * ``"mse"`` (default, the choice of Zhang et al.'s code): the Brier score. ``T`` by bounded
+      Brent search on ``log T`` in ``bounds``; the weights exactly (a quadratic on the simplex,
+      solved face by face in closed form);
+    * ``"nll"``: the negative log-likelihood. ``T`` as :class:`~focalcal.posthoc.TemperatureScaling`
+      (``criterion="nll"``); the weights by SLSQP on the simplex (convex), in log space.
+
+    **It preserves the argmax**: each component orders the classes as the logits do (or ties
+    them all), so the class of the largest logit keeps the largest probability.
+
+    Parameters
+    ----------
+    loss : {"mse", "nll"}
+    bounds : (float, float)
+        Search interval of ``T`` (Zhang et al. use ``(0.05, 5)``; the default is wider).
+
+    Attributes
+    ----------
+    temperature_ : float
+    weights_ : tuple of float
+        ``(w_0, w_1, w_2)``: TS, uncalibrated, uniform.
+    n_classes_ : int
+
+    Examples
+    --------
+    >>> import torch
+    >>> from focalcal.posthoc import EnsembleTemperatureScaling
+    >>> g = torch.Generator().manual_seed(0)
+    >>> z = 2 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    >>> labels = torch.multinomial(0.7 * torch.softmax(z, 1) + 0.1, 1, generator=g).squeeze(1)
+    >>> ets = EnsembleTemperatureScaling().fit(3 * z, labels)  # over-confident, plus 30 % noise
+    >>> round(ets.temperature_, 2), [round(w, 2) for w in ets.weights_]
+    (5.76, [0.55, 0.23, 0.22])
+    >>> bool((ets.predict_proba(3 * z).argmax(1) == z.argmax(1)).all())
+    True
+    """
+
+    _fitted_names = ("temperature_", "weights_", "n_classes_")
+
+    def __init__(self, loss: str = "mse", *, bounds: tuple[float, float] = (1e-2, 1e2)) -> None:
+        super().__init__()
+        self.loss, self.bounds = loss, bounds
+        self._validate_params()
+
+    def _validate_params(self) -> None:
+        check_choice(self.loss, "loss", ETS_LOSSES)
+        self._bounds = _cal.check_bounds(self.bounds)
+
+    def extra_repr(self) -> str:
+        s = f"loss={self.loss!r}"
+        if getattr(self, "_is_fitted", False):
+            s += f", temperature_={self.temperature_:.6g}, weights_={tuple(round(w, 4) for w in self.weights_)}"
+        return s
+
+    def fit(self, logits: ArrayLike, labels: ArrayLike) -> EnsembleTemperatureScaling:
+        """Fit ``T`` and then the weights on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``."""
+        z, y = _cal.check_fit_args(logits, labels, "EnsembleTemperatureScaling.fit")
+        k = z.shape[1]
+        if self.loss == "nll":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", _cal.SearchRangeWarning)
+                t = TemperatureScaling(bounds=self._bounds).fit(z, y).temperature_
+        else:
+            t = self._brier_temperature(z, y)
+        _cal.warn_at_edge("EnsembleTemperatureScaling.fit", "temperature", t, *self._bounds, "bounds",
+                          "a pair (T_min, T_max)")
+        lp0, lp1 = torch.log_softmax(z / t, -1), torch.log_softmax(z, -1)
+        if self.loss == "nll":
+            w = self._nll_weights(lp0, lp1, y, k)
+        else:
+            w = self._brier_weights(lp0.exp(), lp1.exp(), y, k)
+        self.temperature_ = float(t)
+        self.weights_ = tuple(float(v) for v in w)
+        self.n_classes_ = int(k)
+        self._is_fitted = True
+        return self
+
+    @staticmethod
+    def _brier(z: torch.Tensor, y: torch.Tensor, t: float) -> float:
+        p = torch.softmax(z / t, -1)
+        return float(((p ** 2).sum(-1) - 2 * p.gather(-1, y.view(-1, 1)).squeeze(-1)).mean()) + 1.0
+
+    def _brier_temperature(self, z: torch.Tensor, y: torch.Tensor) -> float:
+        """Brier-optimal ``T``: a log-spaced scan of ``bounds``, refined by bounded Brent search."""
+        lo, hi = self._bounds
+        taus = np.linspace(math.log(lo), math.log(hi), 61)
+        scores = [self._brier(z, y, math.exp(u)) for u in taus]
+        i = int(np.argmin(scores))
+        a, b = taus[max(i - 1, 0)], taus[min(i + 1, len(taus) - 1)]
+        res = minimize_scalar(lambda u: self._brier(z, y, math.exp(u)), bounds=(a, b), method="bounded",
+                              options={"xatol": 1e-10})
+        return math.exp(float(res.x)) if float(res.fun) <= scores[i] else math.exp(float(taus[i]))
+
+    @staticmethod
+    def _brier_weights(p0: torch.Tensor, p1: torch.Tensor, y: torch.Tensor, k: int) -> np.ndarray:
+        """Minimise ``w^T A w - 2 c^T w`` (the Brier score up to a constant) on the simplex, exactly."""
+        idx = y.view(-1, 1)
+        a01 = float((p0 * p1).sum(-1).mean())
+        a = np.array([[float((p0 ** 2).sum(-1).mean()), a01, 1.0 / k],
+                      [a01, float((p1 ** 2).sum(-1).mean()), 1.0 / k],
+                      [1.0 / k, 1.0 / k, 1.0 / k]])
+        c = np.array([float(p0.gather(-1, idx).mean()), float(p1.gather(-1, idx).mean()), 1.0 / k])
+        best, best_w = math.inf, None
+        # the minimiser lies in the relative interior of one face: for each face (subset S of the
+        # weights), minimise on the affine hull {w_S . 1 = 1} by its KKT system; keep feasible ones
+        for face in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
+            s = list(face)
+            m = len(s)
+            kkt = np.zeros((m + 1, m + 1))
+            kkt[:m, :m] = 2 * a[np.ix_(s, s)]
+            kkt[:m, m] = kkt[m, :m] = 1.0
+            rhs = np.concatenate([2 * c[s], [1.0]])
+            sol = np.linalg.lstsq(kkt, rhs, rcond=None)[0]
+            if (sol[:m] < -1e-12).any():
+                continue
+            w = np.zeros(3)
+            w[s] = np.clip(sol[:m], 0.0, None)
+            w /= w.sum()
+            f = float(w @ a @ w - 2 * c @ w)
+            if f < best - 1e-15:
+                best, best_w = f, w
+        return best_w
+
+    @staticmethod
+    def _nll_weights(lp0: torch.Tensor, lp1: torch.Tensor, y: torch.Tensor, k: int) -> np.ndarray:
+        """Minimise ``-mean log(w . q)`` over the simplex, ``q`` the three true-class probabilities."""
+        idx = y.view(-1, 1)
+        lq = torch.stack([lp0.gather(-1, idx).squeeze(-1), lp1.gather(-1, idx).squeeze(-1),
+                          torch.full_like(lp0[:, 0], -math.log(k))], dim=1).cpu().numpy()
+
+        def fun(w: np.ndarray) -> tuple[float, np.ndarray]:
+            with np.errstate(divide="ignore"):
+                lw = np.log(np.clip(w, 0.0, None))
+            s = lq + lw
+            top = s.max(1, keepdims=True)
+            lse = top[:, 0] + np.log(np.exp(s - top).sum(1))
+            grad = -np.exp(lq - lse[:, None]).mean(0)
+            return float(-lse.mean()), grad
+
+        res = minimize(fun, np.array([1.0, 0.0, 0.0]), jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * 3,
+                       constraints={"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(3)},
+                       options={"ftol": 1e-14, "maxiter": 200})
+        w = np.clip(res.x, 0.0, None)
+        return w / w.sum()
+
+    def forward(self, logits: ArrayLike) -> torch.Tensor:
+        """Log-probabilities ``log(w_0 softmax(z / T) + w_1 softmax(z) + w_2 / K)``, in log space."""
+        self._require_fitted()
+        z = self._check_predict_logits(logits)
+        x = z.to(torch.float64)
+        k = x.shape[-1]
+        lw = [math.log(w) if w > 0 else -math.inf for w in self.weights_]
+        parts = torch.stack([lw[0] + torch.log_softmax(x / self.temperature_, -1),
+                             lw[1] + torch.log_softmax(x, -1),
+                             torch.full_like(x, lw[2] - math.log(k))], dim=0)
+        return torch.logsumexp(parts, dim=0).to(z.dtype)
