@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from focalcal.lab import sweep
 
 
-def test_profile_defaults_to_cpu(tmp_path):
+def test_profile_defaults_to_cpu(tmp_path, capsys, monkeypatch):
     """``--list`` without ``--profile`` lists the cpu profile, as the README says (the default)."""
-    got = subprocess.run([sys.executable, "-m", "focalcal.lab.sweep", "--list"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr
-    ids = [line.split()[-1] for line in got.stdout.splitlines()[1:]]
+    monkeypatch.chdir(tmp_path)
+    assert sweep.main(["--list"]) == 0
+    ids = [line.split()[-1] for line in capsys.readouterr().out.splitlines()[1:]]
     assert ids == [r.run_id for r in sweep.get_profile("cpu").expand()]
 
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import focalcal.metrics as M
-from focalcal._validation import prob_row_tolerance
 from focalcal.losses import focal_loss
 from focalcal.maps import focal_map, focal_map_from_logits, inverse_focal_map
 from focalcal.posthoc import TemperatureScaling
@@ -92,6 +91,8 @@ def test_rows_that_are_not_distributions_are_still_refused(task, dtype):
 
 def test_the_tolerance_rule():
     """(2 + log2 K) ulps of bfloat16 at 1: below 0.5 for any practical K, above half-precision rounding."""
+    from focalcal._validation import prob_row_tolerance
+
     assert prob_row_tolerance(2) == pytest.approx(3 * 2**-7)
     assert prob_row_tolerance(1000) < 0.1 and prob_row_tolerance(10**6) < 0.5
     assert prob_row_tolerance(2) > 2**-7  # the bf16 deviation of the issue (0.00781) passes
