@@ -64,7 +64,7 @@ ECE-selected variants of the papers, pass ``criterion="ece"`` (Mukhoti et al.) o
 Warnings for probable misuse
 ----------------------------
 ``fit`` warns (``UserWarning``) when its ``logits`` look like probabilities (every entry in
-[0, 1], every row summing to 1 within 1e-6; pass logits or ``log(probs)``), and when a fitted
+[0, 1], every row summing to 1 within the probability tolerance of :mod:`focalcal.metrics`; pass logits or ``log(probs)``), and when a fitted
 parameter stops at the edge of its search range (TS: ``bounds`` or ``grid``; focal TS:
 ``temperatures`` or ``gammas``), which on uninformative logits means the optimum lies outside.
 The second is a :class:`SearchRangeWarning` (a ``UserWarning``), so that code that fits on a
