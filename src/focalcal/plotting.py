@@ -40,6 +40,8 @@ METHOD_COLORS: dict[str, str] = {
     "KDE-XE": "#332288",
     "AURC": "#117733",
     "selective-risk": "#661100",
+    "selective-risk (released)": "#BB5566",
+    "selective-risk (detached weights)": "#997700",
     "Hessian trace": "#6699CC",
     # post-hoc calibrators
     "uncalibrated": "#4D4D4D",

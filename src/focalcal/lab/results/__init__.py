@@ -58,7 +58,7 @@ Each row reports, on the test set: ``accuracy``, ``nll`` (nats), ``ece_mass`` (1
 bins, K&K's ECE), ``ece_width`` (15 equal-width bins, Mukhoti's ECE), ``classwise_ece`` (15
 equal-width bins per class), ``brier``; plus the selected ``temperature`` and ``gamma_ev``,
 ``at_edge`` (``""``, or which of them stopped at the edge of its grid, e.g.
-``"gamma_ev=5 (upper edge)"``: :func:`~focalcal.lab.results.protocol.fit_noting_edges`), the
+``"gamma_ev=5 (upper edge)"``: ``focalcal.lab.results.protocol.fit_noting_edges``), the
 ``criterion``, the criterion's value on the validation set (``val_score``), the set sizes
 (``n_val``, ``n_test``) and the temperature grid (``n_temperatures`` values from ``t_min`` to
 ``t_max``). All metrics are fractions (not percentages).
