@@ -189,7 +189,18 @@ class SlurmCluster:
 
     def stop(self) -> list[str]:
         """Stop every daemon started here (SIGTERM, SIGKILL after 20 s) and return the names of
-        those still alive afterwards (none, unless the kernel refused)."""
+        those still alive afterwards (none, unless the kernel refused). Jobs still in the queue
+        (a test that failed mid-run) are cancelled first, so that no job step outlives slurmd."""
+        if self.procs.get("slurmctld") is not None and self.procs["slurmctld"].poll() is None:
+            try:
+                self.run("scancel", "--full", "--partition", self.partition, check=False, timeout=10)
+                deadline = time.monotonic() + 30
+                while self.run("squeue", "--noheader", check=False, timeout=10).strip():
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the daemons are stopped below whatever the queue says
         for name in reversed(list(self.procs)):  # slurmd, slurmctld, then munged
             proc = self.procs[name]
             if proc.poll() is None:
