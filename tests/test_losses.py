@@ -801,20 +801,6 @@ def test_selective_sample_exactly_at_tau_gets_no_weight_gradient():
     assert s.grad[2] == 0 and bool((s.grad[:2] > 0).all())
 
 
-def test_selective_released_histogram_is_cleared_by_the_trainer_hook():
-    from focalcal.lab.train import LossHooks
-
-    (x1, t1), (x2, t2) = rand_batch(20, 5, seed=241), rand_batch(20, 5, seed=243, scale=0.3)
-    m = L.make_loss("selective_risk", variant="released", coverage=0.5)
-    hooks = LossHooks.of(m)
-    assert hooks.on_epoch_start is not None
-    hooks.on_epoch_start(0)
-    m(x1, t1)
-    hooks.on_epoch_start(1)
-    assert float(m(x2, t2)) == float(L.selective_risk_loss(x2, t2, variant="released", coverage=0.5))
-    assert "conditional" not in m.state_dict() and not m.state_dict()  # nothing to checkpoint
-
-
 @pytest.mark.parametrize("variant", ["paper", "released", "detached"])
 def test_selective_variants_low_precision_and_saturated_logits(variant):
     x, t = rand_batch(64, 10, seed=251)

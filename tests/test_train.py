@@ -684,3 +684,22 @@ def test_eval_batch_size_changes_no_recorded_number(tmp_path):
                 assert ra[k] == pytest.approx(rb[k], rel=1e-6, abs=1e-9), k
             else:
                 assert ra[k] == rb[k], k
+
+
+def test_selective_released_histogram_is_cleared_by_the_trainer_hook():
+    # the released selective-risk loss accumulates its histogram over an epoch; the trainer's
+    # epoch hook clears it (a lab test: tests/test_losses.py runs on the library alone)
+    import focalcal.losses as L
+    from focalcal.lab.train import LossHooks
+
+    g = torch.Generator().manual_seed(241)
+    x1, t1 = torch.randn(20, 5, generator=g), torch.randint(0, 5, (20,), generator=g)
+    x2, t2 = 0.3 * torch.randn(20, 5, generator=g), torch.randint(0, 5, (20,), generator=g)
+    m = L.make_loss("selective_risk", variant="released", coverage=0.5)
+    hooks = LossHooks.of(m)
+    assert hooks.on_epoch_start is not None
+    hooks.on_epoch_start(0)
+    m(x1, t1)
+    hooks.on_epoch_start(1)
+    assert float(m(x2, t2)) == float(L.selective_risk_loss(x2, t2, variant="released", coverage=0.5))
+    assert not m.state_dict()  # nothing to checkpoint
