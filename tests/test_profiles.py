@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
-import types
 from pathlib import Path
 
 import pandas as pd
@@ -239,43 +237,3 @@ def test_resolve_num_workers(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- SLURM executor ---
-
-def test_slurm_executor_passes_the_gpu_job_parameters(tmp_path, monkeypatch):
-    """``--executor slurm`` through a stand-in for submitit: one job per pending run, one GPU and 8
-    cores each, the partition and time limit from the command line; the collected table follows."""
-    made = {}
-
-    class Job:
-        def __init__(self, fn, args):
-            self.fn, self.args = fn, args
-
-        def result(self):
-            return None
-
-    class FakeExecutor:
-        def __init__(self, folder, cluster=None):
-            made.update(folder=folder, cluster=cluster, jobs=[])
-            self.cluster = "slurm"
-
-        def update_parameters(self, **params):
-            made["params"] = params
-
-        def batch(self):
-            import contextlib
-            return contextlib.nullcontext()
-
-        def submit(self, fn, *args):
-            made["jobs"].append((fn, args))
-            return Job(fn, args)
-
-    monkeypatch.setitem(sys.modules, "submitit", types.SimpleNamespace(AutoExecutor=FakeExecutor))
-    rc = sweep.main(["--profile", "gpu", "--out", str(tmp_path), "--executor", "slurm",
-                     "--only", "cifar100-resnet50-*", "--slurm-partition", "gpu", "--slurm-time", "600"])
-    assert rc == 0
-    assert made["params"] == {"timeout_min": 600, "slurm_gpus_per_node": 1, "cpus_per_task": 8,
-                              "slurm_partition": "gpu"}
-    chosen = sweep.select_runs("gpu", "cifar100-resnet50-*")
-    assert [args[0]["dataset"] for fn, args in made["jobs"]] == ["cifar100"] * len(chosen)
-    assert all(fn is sweep.execute_run and args[1] == str(tmp_path) for fn, args in made["jobs"])
-    assert Path(made["folder"]) == tmp_path / "submitit" / "%j"
-    assert (tmp_path / "results.csv").is_file()
