@@ -294,6 +294,17 @@ def _evidence(rows: list[dict[str, Any]]):
     return pd.DataFrame(rows, columns=["part", "values", "against", "agree", "verdict"])
 
 
+def _untested(loss: str, present: set[str], failed: Sequence[str]) -> str | None:
+    """The verdict of a part comparing ``loss`` with cross-entropy that cannot be computed:
+    :data:`NOT_RUN` without the runs of either, :data:`NOT_TRAINED` when either did not train;
+    ``None`` when the part can be judged."""
+    if loss not in present or CE not in present:
+        return NOT_RUN
+    if {loss, CE} & set(failed):
+        return NOT_TRAINED
+    return None
+
+
 def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = False,
                failed: Sequence[str] = (), digits: int = 3):
     """Mukhoti et al.'s "focal loss has a lower (``higher=True``: higher) ``column`` than
@@ -308,11 +319,8 @@ def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = Fal
     present = set(values["loss_label"])
     rows, parts = [], []
     for lo in losses:
-        if lo not in present or CE not in present:
-            v, agree = NOT_RUN, "–"
-        elif {lo, CE} & set(failed):
-            v, agree = NOT_TRAINED, "–"
-        else:
+        v, agree = _untested(lo, present, failed), "–"
+        if v is None:
             c = compare_seeds(values, column, CE, lo) if higher else compare_seeds(values, column, lo, CE)
             v, agree = c["verdict"], f"{c['agree']} of {c['pairs']}"
         parts.append(v)
@@ -332,11 +340,8 @@ def every_epoch(histories, column: str, losses: Sequence[str], *, higher: bool =
     epochs = sorted(histories["epoch"].unique())
     rows, parts = [], []
     for lo in losses:
-        if lo not in present or CE not in present:
-            v, agree = NOT_RUN, "–"
-        elif {lo, CE} & set(failed):
-            v, agree = NOT_TRAINED, "–"
-        else:
+        v, agree = _untested(lo, present, failed), "–"
+        if v is None:
             steps = [against_ce(histories[histories["epoch"] == e], column, [lo], higher=higher)[0] for e in epochs]
             v, agree = every_step(steps), f"{steps.count(HOLDS)} of {len(steps)} epochs"
         parts.append(v)
