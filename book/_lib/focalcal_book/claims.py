@@ -76,6 +76,8 @@ CLAIMS: dict[str, Claim] = _claims(
      "Dual Focal loss exhibits strong performance across all datasets and models"),
     ("zhou_focal_variable", _Z, "Sec. 5",
      "focal loss and inverse focal loss are more variable, depending on both the model architecture and dataset"),
+    ("zhou_fl53_poor_cwece", _Z, "App. E.3",
+     "FL-53 performs poorly relative to other trainable methods on both CIFAR-10 and Tiny-ImageNet"),
     # Charoenphakdee et al. (2021): psi_capacity
     ("charoen_best_gamma", _C, "Sec. 6.2",
      "we can conclude that the best $\\gamma$ increases as the data size decreases or the model becomes "
