@@ -20,11 +20,16 @@ can raise accuracy, and how they can lower it). ``tests/test_scaling.py`` checks
 How the linear calibrators are fitted
 -------------------------------------
 The regularised mean negative log-likelihood is convex in ``(W, b)``; it is minimised by full-batch
-L-BFGS (scipy's ``L-BFGS-B``) in float64, with the gradient computed in closed form by torch
-(``(softmax - onehot)^T x / N``), starting from the temperature-scaling solution ``W = I / T``,
-``b = 0`` (:class:`~focalcal.posthoc.TemperatureScaling` with ``criterion="nll"``; for Dirichlet
-calibration the same start, since ``softmax(log softmax(z) / T) = softmax(z / T)``). The fit stops
-when the largest gradient entry falls below ``tol`` or after ``max_iter`` iterations (then it warns).
+L-BFGS in float64 (:func:`_lbfgs`, in torch: scipy's ``L-BFGS-B`` spent more time in its own
+multi-threaded BLAS calls than in the objective at ``K = 100`` on a busy machine), the objective and
+its gradient ``(softmax - onehot)^T x / N`` computed with two matrix products, starting from the
+temperature-scaling solution ``W = I / T``, ``b = 0`` (:class:`~focalcal.posthoc.TemperatureScaling`
+with ``criterion="nll"``; for Dirichlet calibration the same start, since
+``softmax(log softmax(z) / T) = softmax(z / T)``). The features are centred and whitened
+(``cov(x)^(-1/2)``) for the optimiser, which conditions the problem; the objective and its penalty
+are those of ``(W, b)``. The fit stops when the largest gradient entry (with respect to ``W`` and the
+intercept of the centred features, as before the whitening) falls below ``tol``, or after
+``max_iter`` iterations, or when the line search finds no decrease (then it warns).
 """
 
 from __future__ import annotations
@@ -62,6 +67,60 @@ def _ts_temperature(z: torch.Tensor, y: torch.Tensor) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", _cal.SearchRangeWarning)
         return TemperatureScaling().fit(z, y).temperature_
+
+
+def _lbfgs(fun, gradient_max, x: torch.Tensor, tol: float, max_iter: int,
+           memory: int = 20) -> tuple[torch.Tensor, int, float, str]:
+    """Minimise a smooth convex ``fun`` (returning its value and gradient) by L-BFGS from ``x``.
+
+    Two-loop recursion over the last ``memory`` steps, backtracking line search (Armijo condition or
+    approximate Wolfe, quadratic interpolation); a step with no curvature (``s . y <= 0``) is not stored. Stops when
+    ``gradient_max(gradient) <= tol``, after ``max_iter`` iterations, or when the line search finds
+    no decrease. Returns ``(x, iterations, gradient_max, reason)``. (In torch rather than scipy's
+    ``L-BFGS-B``: its compact-form update runs BLAS calls that, multi-threaded on a busy machine,
+    cost more than the objective at ``K = 100``.)
+    """
+    f, g = fun(x)
+    hist: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+    for it in range(max_iter):
+        gm = gradient_max(g)
+        if gm <= tol:
+            return x, it, gm, "converged"
+        d = -g
+        alpha = []
+        for s, yv, rho in reversed(hist):
+            alpha.append(rho * float(s @ d))
+            d = d - alpha[-1] * yv
+        if hist:
+            s, yv, _ = hist[-1]
+            d = d * (float(s @ yv) / float(yv @ yv))
+        else:
+            d = d / max(float(g.abs().sum()), 1.0)
+        for (s, yv, rho), al in zip(hist, reversed(alpha)):
+            d = d + (al - rho * float(yv @ d)) * s
+        slope = float(g @ d)
+        if not slope < 0:  # not a descent direction: restart from the gradient
+            hist, d = [], -g / max(float(g.abs().sum()), 1.0)
+            slope = float(g @ d)
+        step = 1.0
+        for _ in range(40):
+            f1, g1 = fun(x + step * d)
+            slope1 = float(g1 @ d)
+            # Armijo, or (once f differs from its start by rounding only) Hager & Zhang's approximate
+            # Wolfe condition on the slope, which still tells a better point near the optimum
+            if f1 <= f + 1e-4 * step * slope or (f1 <= f + 1e-12 * abs(f) and 0.9 * slope <= slope1 <= -0.8 * slope):
+                break
+            # minimiser of the quadratic through f, the slope and f1, kept within [0.1, 0.5] of the step
+            q = -slope * step * step / (2 * (f1 - f - slope * step)) if math.isfinite(f1) else 0.1 * step
+            step = min(max(q, 0.1 * step), 0.5 * step)
+        else:
+            return x, it, gm, "the line search found no decrease"
+        s, yv = step * d, g1 - g
+        sy = float(s @ yv)
+        if sy > 1e-12 * float(yv @ yv):
+            hist = (hist + [(s, yv, 1.0 / sy)])[-memory:]
+        x, f, g = x + s, f1, g1
+    return x, max_iter, gradient_max(g), "max_iter reached"
 
 
 # ============================================================================================
@@ -106,52 +165,66 @@ class _LinearScaling(_Calibrator):
     def fit(self, logits: ArrayLike, labels: ArrayLike):
         """Fit ``coef_`` and ``intercept_`` on ``logits`` ``(N, K)`` and ``labels`` ``(N,)``; return ``self``.
 
-        Warns (``UserWarning``) if L-BFGS stops at ``max_iter`` before the gradient is below ``tol``.
+        Warns (``UserWarning``) if L-BFGS stops (``max_iter``, or no decrease along its direction)
+        before the gradient is below ``tol``.
         """
         name = type(self).__name__
         z, y = _cal.check_fit_args(logits, labels, f"{name}.fit")
         n, k = z.shape
         x = self._features(z)
-        onehot = torch.zeros(n, k, dtype=torch.float64, device=z.device)
-        onehot[torch.arange(n, device=z.device), y] = 1.0
         t = _ts_temperature(z, y)
-        n_w = k if self._diagonal else k * k
-        w0 = torch.full((k,), 1.0 / t, dtype=torch.float64) if self._diagonal else torch.eye(k, dtype=torch.float64) / t
-        shape_w = (k,) if self._diagonal else (k, k)
-
-        # optimised on centred features (the intercept absorbs the column means: b = c - W m),
-        # which conditions the problem (log-probabilities share a large negative offset); the
-        # objective and its penalty are those of (W, b)
+        rows = torch.arange(n, device=z.device)
+        # optimised on centred, whitened features a = (x - m) R, parameters (V, c) with W = V R^T and
+        # b = c - W m: the same objective (and penalty, of (W, b)); R = cov(x)^(-1/2) conditions the
+        # problem (log-probabilities share a large common component; a network's logits are correlated)
         m = x.mean(0)
         xc = x - m
+        if self._diagonal:
+            sd = xc.std(0, correction=0)
+            r = torch.where(sd > sd.max() * 1e-6, 1 / sd, torch.ones_like(sd))
+            r_inv = 1 / r
+        else:
+            ev, vec = torch.linalg.eigh(xc.T @ xc / n)
+            s = torch.where(ev > ev.max() * 1e-12, ev.sqrt(), torch.ones_like(ev))  # flat directions: unscaled
+            r, r_inv = vec / s, (vec * s).T
+        a = xc * r if self._diagonal else xc @ r
+        rtm = r * m if self._diagonal else r.T @ m
+        shape_v = (k,) if self._diagonal else (k, k)
+        n_v = k if self._diagonal else k * k
 
-        def affine(w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return v * w if self._diagonal else v @ w.T
+        def objective(theta: torch.Tensor) -> tuple[float, torch.Tensor]:
+            v, c = theta[:n_v].view(shape_v), theta[n_v:]
+            logp = torch.log_softmax((a * v if self._diagonal else a @ v.T) + c, dim=-1)
+            nll = -float(logp[rows, y].sum()) / n
+            g = logp.exp_()
+            g[rows, y] -= 1.0
+            g /= n
+            w = v * r if self._diagonal else v @ r.T
+            pen, pw, pb = self._penalty(w, c - (w * m if self._diagonal else w @ m), k)
+            gv = ((g * a).sum(0) + pw * r if self._diagonal else g.T @ a + pw @ r) - (
+                pb * rtm if self._diagonal else torch.outer(pb, rtm))
+            return nll + pen, torch.cat([gv.reshape(-1), g.sum(0) + pb])
 
-        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            th = torch.from_numpy(theta).to(z.device)
-            w, c = th[:n_w].view(shape_w), th[n_w:]
-            logp = torch.log_softmax(affine(w, xc) + c, dim=-1)
-            nll = -float((logp * onehot).sum()) / n
-            g = (logp.exp() - onehot) / n
-            gw = (g * xc).sum(0) if self._diagonal else g.T @ xc
-            pen, pw, pb = self._penalty(w, c - affine(w, m), k)
-            gw = gw + pw - (pb * m if self._diagonal else torch.outer(pb, m))
-            grad = torch.cat([gw.reshape(-1), g.sum(0) + pb]).cpu().numpy()
-            return nll + pen, grad
+        def gradient_max(grad: torch.Tensor) -> float:
+            # the gradient with respect to (W, c), the parameters of the centred features
+            gv = grad[:n_v].view(shape_v)
+            gw = gv * r_inv if self._diagonal else gv @ r_inv
+            return max(float(gw.abs().max()), float(grad[n_v:].abs().max()))
 
-        theta0 = np.concatenate([w0.reshape(-1).numpy(), affine(w0.to(x.device), x.mean(0)).cpu().numpy()])
-        res = minimize(objective, theta0, jac=True, method="L-BFGS-B",
-                       options={"maxiter": self._max_iter, "gtol": self._tol, "ftol": 1e-15, "maxcor": 20,
-                                "maxfun": 2 * self._max_iter})
-        if not res.success and np.abs(res.jac).max() > self._tol:
-            warnings.warn(f"{name}.fit: L-BFGS stopped after {res.nit} iterations ({res.message}) with the "
-                          f"largest gradient entry {np.abs(res.jac).max():.3g} > tol={self._tol:g}; raise "
-                          f"max_iter= or tol=", UserWarning, stacklevel=2)
-        theta = torch.from_numpy(res.x)
-        self.coef_ = theta[:n_w].view(shape_w).clone()
-        self.intercept_ = theta[n_w:] - affine(self.coef_, m.cpu())
-        self.n_iter_ = int(res.nit)
+        w0 = torch.full((k,), 1.0 / t, dtype=torch.float64) if self._diagonal else torch.eye(k, dtype=torch.float64) / t
+        w0 = w0.to(z.device)
+        theta0 = torch.cat([(w0 * r_inv if self._diagonal else w0 @ r_inv.T).reshape(-1),
+                            w0 * m if self._diagonal else w0 @ m])
+        theta, n_iter, gmax, why = _lbfgs(objective, gradient_max, theta0, self._tol, self._max_iter)
+        if gmax > self._tol:
+            warnings.warn(f"{name}.fit: L-BFGS stopped after {n_iter} iterations ({why}) with the largest "
+                          f"gradient entry {gmax:.3g} > tol={self._tol:g}; raise max_iter= or tol=",
+                          UserWarning, stacklevel=2)
+        v, c = theta[:n_v].view(shape_v), theta[n_v:]
+        w = v * r if self._diagonal else v @ r.T
+        self.coef_ = w.cpu().clone()
+        self.intercept_ = (c - (w * m if self._diagonal else w @ m)).cpu()
+        self.n_iter_ = int(n_iter)
         self.n_classes_ = int(k)
         self._is_fitted = True
         return self
