@@ -26,8 +26,11 @@ its gradient ``(softmax - onehot)^T x / N`` computed with two matrix products, s
 temperature-scaling solution ``W = I / T``, ``b = 0`` (:class:`~focalcal.posthoc.TemperatureScaling`
 with ``criterion="nll"``; for Dirichlet calibration the same start, since
 ``softmax(log softmax(z) / T) = softmax(z / T)``). The features are centred and whitened
-(``cov(x)^(-1/2)``) for the optimiser, which conditions the problem; the objective and its penalty
-are those of ``(W, b)``. The fit stops when the largest gradient entry (with respect to ``W`` and the
+(``(cov(x) + r)^(-1/2)``, the ridge ``r`` balancing the penalty's curvature against the data's)
+for the optimiser, which conditions the problem; the objective and its penalty are those of
+``(W, b)``. At ``K = 100`` on real networks' logits matrix scaling converges in a few hundred
+iterations, while Dirichlet calibration (features ``log q``) can still stop at ``max_iter`` (with a
+warning) after its test NLL has settled. The fit stops when the largest gradient entry (with respect to ``W`` and the
 intercept of the centred features, as before the whitening) falls below ``tol``, or after
 ``max_iter`` iterations, or when the line search finds no decrease (then it warns).
 """
@@ -49,6 +52,8 @@ from .posthoc import TemperatureScaling
 __all__ = ["DirichletCalibration", "EnsembleTemperatureScaling", "MatrixScaling", "VectorScaling"]
 
 LINEAR_REGULARISATIONS = ("odir", "l2", "none")
+#: ``reg_lambda="auto"``: ``lambda = K (K - 1) / 100``, the weight 0.01 on each off-diagonal entry (see MatrixScaling)
+AUTO = "auto"
 ETS_LOSSES = ("mse", "nll")
 
 
@@ -75,8 +80,8 @@ def _lbfgs(fun, gradient_max, x: torch.Tensor, tol: float, max_iter: int,
 
     Two-loop recursion over the last ``memory`` steps, backtracking line search (Armijo condition or
     approximate Wolfe, quadratic interpolation); a step with no curvature (``s . y <= 0``) is not stored. Stops when
-    ``gradient_max(gradient) <= tol``, after ``max_iter`` iterations, or when the line search finds
-    no decrease. Returns ``(x, iterations, gradient_max, reason)``. (In torch rather than scipy's
+    ``gradient_max(gradient) <= tol`` ("converged"), after ``max_iter`` iterations, or when the line
+    search finds no decrease. Returns ``(x, iterations, gradient_max, reason)``. (In torch rather than scipy's
     ``L-BFGS-B``: its compact-form update runs BLAS calls that, multi-threaded on a busy machine,
     cost more than the objective at ``K = 100``.)
     """
@@ -139,26 +144,47 @@ class _LinearScaling(_Calibrator):
         if self._diagonal:
             return
         check_choice(self.regularization, "regularization", LINEAR_REGULARISATIONS)
-        self._reg_lambda = _check_nonnegative(self.reg_lambda, "reg_lambda")
+        if isinstance(self.reg_lambda, str) and self.reg_lambda != AUTO:
+            raise ValueError(f"reg_lambda must be 'auto' or a real number >= 0, got {self.reg_lambda!r}")
+        self._reg_lambda = AUTO if self.reg_lambda == AUTO else _check_nonnegative(self.reg_lambda, "reg_lambda")
         if self.reg_mu is not None and self.regularization != "odir":
             raise ValueError(f"reg_mu is the intercept weight of regularization='odir' only (with 'l2' reg_lambda "
                              f"weighs the intercepts too); leave it None, got reg_mu={self.reg_mu!r}")
-        self._reg_mu = self._reg_lambda if self.reg_mu is None else _check_nonnegative(self.reg_mu, "reg_mu")
+        self._reg_mu = None if self.reg_mu is None else _check_nonnegative(self.reg_mu, "reg_mu")
+
+    def _weights(self, k: int) -> tuple[float, float]:
+        """``(lambda, mu)`` for ``K = k`` classes (``"auto"``: ``K (K - 1) / 100``; ``mu`` defaults to ``lambda``)."""
+        lam = k * (k - 1) / 100 if self._reg_lambda == AUTO else self._reg_lambda
+        return lam, lam if self._reg_mu is None else self._reg_mu
 
     def _features(self, z: torch.Tensor) -> torch.Tensor:
         return z
+
+    def _ridge(self, z: torch.Tensor, t: float, k: int) -> float:
+        """The penalty's curvature per weight over the data's, added to ``cov(x)`` before whitening.
+
+        The data term's curvature in a row of ``W`` is about ``s cov(x)`` with ``s`` the mean of
+        ``p_i (1 - p_i)`` at the start (``p = softmax(z / T)``), the penalty's ``2 c`` per weight;
+        whitening by ``(cov(x) + 2 c / s)^(-1/2)`` conditions their sum (with whitening alone, a
+        large ``lambda`` made the penalty stiff along the features' small-variance directions).
+        """
+        if self.regularization == "none":
+            return 0.0
+        c = self._weights(k)[0] / (k * (k - 1) if self.regularization == "odir" else k * (k + 1))
+        p = torch.softmax(z / t, dim=-1)
+        return 2 * c / max(float((p * (1 - p)).mean()), 1e-12)
 
     def _penalty(self, w: torch.Tensor, b: torch.Tensor, k: int) -> tuple[float, torch.Tensor, torch.Tensor]:
         """Penalty value and its gradients with respect to ``w`` and ``b``."""
         reg = "none" if self._diagonal else self.regularization
         if reg == "odir":
-            lam, mu = self._reg_lambda, self._reg_mu
+            lam, mu = self._weights(k)
             off = w.clone().fill_diagonal_(0.0)
             c_w = lam / (k * (k - 1))
             c_b = mu / k
             return (c_w * float((off ** 2).sum()) + c_b * float((b ** 2).sum()), 2 * c_w * off, 2 * c_b * b)
         if reg == "l2":
-            c = self._reg_lambda / (k * (k + 1))
+            c = self._weights(k)[0] / (k * (k + 1))
             return c * float((w ** 2).sum() + (b ** 2).sum()), 2 * c * w, 2 * c * b
         return 0.0, torch.zeros_like(w), torch.zeros_like(b)
 
@@ -185,6 +211,7 @@ class _LinearScaling(_Calibrator):
             r_inv = 1 / r
         else:
             ev, vec = torch.linalg.eigh(xc.T @ xc / n)
+            ev = ev + self._ridge(z, t, k)
             s = torch.where(ev > ev.max() * 1e-12, ev.sqrt(), torch.ones_like(ev))  # flat directions: unscaled
             r, r_inv = vec / s, (vec * s).T
         a = xc * r if self._diagonal else xc @ r
@@ -216,7 +243,7 @@ class _LinearScaling(_Calibrator):
         theta0 = torch.cat([(w0 * r_inv if self._diagonal else w0 @ r_inv.T).reshape(-1),
                             w0 * m if self._diagonal else w0 @ m])
         theta, n_iter, gmax, why = _lbfgs(objective, gradient_max, theta0, self._tol, self._max_iter)
-        if gmax > self._tol:
+        if why != "converged":
             warnings.warn(f"{name}.fit: L-BFGS stopped after {n_iter} iterations ({why}) with the largest "
                           f"gradient entry {gmax:.3g} > tol={self._tol:g}; raise max_iter= or tol=",
                           UserWarning, stacklevel=2)
@@ -321,8 +348,17 @@ class MatrixScaling(_LinearScaling):
 
     Parameters
     ----------
-    reg_lambda : float, ``>= 0``
-        ``lambda``: weight of the off-diagonal penalty (of every weight for ``"l2"``).
+    reg_lambda : float ``>= 0`` or "auto"
+        ``lambda``: weight of the off-diagonal penalty (of every weight for ``"l2"``). ``"auto"``
+        (default) takes ``lambda = K (K - 1) / 100``: a weight of 0.01 on each off-diagonal entry
+        whatever ``K``. Kull et al. choose ``lambda`` and ``mu`` by 5-fold cross-validation; fitted on
+        the 5 000 validation logits of Mukhoti et al.'s released networks and scored on their test
+        logits, ``lambda = mu`` in ``{0.01, 1, 10, 100, 1000, 10^4}`` gave the least test NLL at 1
+        for two CIFAR-10 networks and at 100 for two CIFAR-100 ones, for matrix scaling and
+        Dirichlet calibration alike, while the former default ``0.01`` lost to temperature scaling
+        by 3.5-4.5 nats at ``K = 100`` (``tests/test_scaling.py`` checks the default against TS on a
+        CIFAR-100 network). With few samples per class, or where a calibrator must be trusted
+        unattended, cross-validate it (``GridSearchCV`` over ``reg_lambda``).
     reg_mu : float ``>= 0``, optional
         ``mu``: weight of the intercept penalty (``"odir"`` only); ``None`` (default) takes ``reg_lambda``.
     regularization : {"odir", "l2", "none"}
@@ -354,7 +390,7 @@ class MatrixScaling(_LinearScaling):
     tensor(True)
     """
 
-    def __init__(self, reg_lambda: float = 1e-2, reg_mu: float | None = None, *, regularization: str = "odir",
+    def __init__(self, reg_lambda: float | str = AUTO, reg_mu: float | None = None, *, regularization: str = "odir",
                  tol: float = 1e-7, max_iter: int = 1000) -> None:
         super().__init__()
         self.reg_lambda, self.reg_mu, self.regularization = reg_lambda, reg_mu, regularization
@@ -400,7 +436,7 @@ class DirichletCalibration(_LinearScaling):
     tensor([[0.0919, 0.5951, 0.3130]])
     """
 
-    def __init__(self, reg_lambda: float = 1e-2, reg_mu: float | None = None, *, regularization: str = "odir",
+    def __init__(self, reg_lambda: float | str = AUTO, reg_mu: float | None = None, *, regularization: str = "odir",
                  tol: float = 1e-7, max_iter: int = 1000) -> None:
         super().__init__()
         self.reg_lambda, self.reg_mu, self.regularization = reg_lambda, reg_mu, regularization
