@@ -37,7 +37,7 @@ export FOCALCAL_LOGITS_ROOT ?= $(SHARED_LOGITS)
 endif
 export PYTHONHASHSEED := 0
 
-.PHONY: help install system-deps test test-fast lint-imports book sweep results-present bench lab serve lock clean
+.PHONY: help install system-deps test test-fast lint-imports book calibrator-cache sweep results-present bench lab serve lock clean
 
 help:
 	@echo "make book    build the book into _build/html (runs the '$(PROFILE)' sweep first)"
@@ -115,10 +115,16 @@ $(CACHE_STAMP): $(shell find src/focalcal book/_lib/focalcal_book -name '*.py')
 
 # --all makes Sphinx read every page again, so the experiment pages (execution_mode: force) always
 # re-execute on the sweep's current results; the theory chapters come from the execution cache.
-book: install $(RESULTS_DEP) $(CACHE_STAMP)
+book: install $(RESULTS_DEP) $(CACHE_STAMP) calibrator-cache
 	FOCALCAL_RUNS=$(abspath $(RUNS)) $(BIN)/jupyter-book build . --all -W -n --keep-going
 	@echo
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"
+
+# the per-network fits of "Which calibrator?" (every post-hoc method on every released and sweep network):
+# computed here, in JOBS processes, because cold they take longer than a book cell may run; cached
+# under _build/calibrator-cache by a digest of code and data, so a warm cache costs seconds
+calibrator-cache: install $(RESULTS_DEP)
+	PYTHONPATH=book/_lib $(BIN)/python -c "from focalcal_book.which_calibrator import warm; warm('$(abspath $(RUNS))', jobs=$(JOBS))"
 
 bench: install
 	$(BIN)/python bench/run_all.py

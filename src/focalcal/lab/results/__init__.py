@@ -4,23 +4,26 @@ The sweep (:mod:`focalcal.lab.sweep`) executes two papermill templates per run; 
 everything they and the book's chapters share, so that the notebooks stay thin. Every public name
 is importable from here (``from focalcal.lab import results``); the modules, one job each:
 
-=============  =======================================================================================
-``runs``       reading run folders, ``results.csv``, ``profile.json`` and training histories;
-               :func:`runs_dir`, the sweep folder a page reads (``$FOCALCAL_RUNS``, else
-               ``./runs/cpu``); :func:`runs_for`, the runs of one role (what a page selects)
-``protocol``   the calibration protocol below: :func:`calibrate`, :func:`apply_calibration`,
-               :func:`metric_row`, :func:`temperature_grid`, :func:`training_gamma`; and
-               :func:`confidence_row`, a model's calibration before any calibrator
-``tables``     pandas tables: the runs read, Table 1, comparisons, NLL overfitting, and
-               :func:`styled` (a table formatted for a reader)
-``synthetic``  synthetic tasks: test sets drawn again with their true posterior, and the KL
-               divergence of every calibrator to it
-``figures``    the experiment chapters' figures
-``released``   the papers' protocols on the released networks (:data:`focalcal.lab.data.RELEASED`):
-               Mukhoti et al.'s tables, Komisarenko & Kull's focal TS against TS, Zhou et al.'s
-               post-hoc quantities; one cached row per network (``from focalcal.lab.results import released``)
-``bootstrap``  the paired bootstrap over test samples of a difference of two calibrators' ECE
-=============  =======================================================================================
+===============  =======================================================================================
+``runs``         reading run folders, ``results.csv``, ``profile.json`` and training histories;
+                 :func:`runs_dir`, the sweep folder a page reads (``$FOCALCAL_RUNS``, else
+                 ``./runs/cpu``); :func:`runs_for`, the runs of one role (what a page selects)
+``protocol``     the calibration protocol below: :func:`calibrate`, :func:`apply_calibration`,
+                 :func:`metric_row`, :func:`temperature_grid`, :func:`training_gamma`; and
+                 :func:`confidence_row`, a model's calibration before any calibrator
+``tables``       pandas tables: the runs read, Table 1, comparisons, NLL overfitting, and
+                 :func:`styled` (a table formatted for a reader)
+``synthetic``    synthetic tasks: test sets drawn again with their true posterior, and the KL
+                 divergence of every calibrator to it
+``figures``      the experiment chapters' figures
+``released``     the papers' protocols on the released networks (:data:`focalcal.lab.data.RELEASED`):
+                 Mukhoti et al.'s tables, Komisarenko & Kull's focal TS against TS, Zhou et al.'s
+                 post-hoc quantities; one cached row per network (``from focalcal.lab.results import released``)
+``bootstrap``    the paired bootstrap over test samples of a difference of two calibrators' ECE
+``calibrators``  every post-hoc calibrator on one network, ranked over networks: mean ranks,
+                 Friedman and Nemenyi, paired bootstrap against TS (NLL), a per-network cache
+                 (``from focalcal.lab.results import calibrators``)
+===============  =======================================================================================
 
 A run folder (written by the ``train_classifier`` template through
 :class:`focalcal.lab.train.Trainer` and by ``posthoc_calibration``)::
