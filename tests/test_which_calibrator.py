@@ -143,3 +143,8 @@ def test_warning_table_counts_networks_per_fit_and_kind():
     assert table.loc[("FocalTemperatureScaling.fit", "edge of the search range")].tolist() == [1, 0]
     assert list(wc.warning_table({"sw": {"c": {"warnings": []}}}).columns) == ["fit", "kind", "sw"]
     assert wc.warning_headers({"sw": 0}) == {"fit": "fit", "kind": "warning", "sw": "sweep networks"}
+
+
+def test_scale_of_a_field_without_networks():
+    # a shrunk build can leave the sweep's field empty (no network trained): the page then shows "–"
+    assert wc.scale({}, "sw") == {"sw_fit": "–", "sw_eval": "–", "sw_classes": "–"}

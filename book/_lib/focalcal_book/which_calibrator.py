@@ -95,6 +95,9 @@ def cache_dir() -> Path | None:
 def scale(results: Mapping[str, Mapping[str, Any]], field: str) -> dict[str, str]:
     """The size of a field for the page's scale paragraph: ``<field>_fit``, ``<field>_eval`` (images
     per network) and ``<field>_classes``, each one number or the range over networks."""
+    if not results:  # no network in this field (e.g. none of the sweep's trained in a shrunk build)
+        return {f"{field}_{k}": "–" for k in ("fit", "eval", "classes")}
+
     def span(key: str) -> str:
         lo, hi = min(int(r[key]) for r in results.values()), max(int(r[key]) for r in results.values())
         return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
