@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.signal import fftconvolve
 
 from .._validation import ArrayLike
 from ._inputs import top_label
@@ -66,6 +65,9 @@ def _smooth(v: np.ndarray, sigma: float) -> np.ndarray:
     mid = v.copy()
     mid[[0, -1]] *= 2
     ext = np.concatenate([v[:0:-1], mid, v[-2::-1]])
+    # imported here: scipy.signal costs about 0.6 s to import, a third of `import focalcal`
+    from scipy.signal import fftconvolve
+
     return fftconvolve(ext, ker, mode="valid")
 
 
