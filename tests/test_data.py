@@ -429,6 +429,32 @@ def test_fashion_mnist_from_debian_package(tmp_path):
     assert float(test.images.float().mean() / 255) == pytest.approx(mean[0], abs=0.01)
 
 
+def test_fashion_mnist_idx_reader_matches_torchvision(tmp_path):
+    # the lab reads the idx files itself (importing torchvision costs every sweep run ~1.5 s):
+    # images, labels and class names must be torchvision's, bit for bit
+    from torchvision.datasets import FashionMNIST
+
+    root = D.prepare_fashion_mnist(tmp_path / "data", download=False)
+    raw = root / "FashionMNIST" / "raw"
+    for train, prefix in ((True, "train"), (False, "t10k")):
+        ref = FashionMNIST(root, train=train, download=False)
+        images = D.read_idx(raw / f"{prefix}-images-idx3-ubyte")
+        labels = D.read_idx(raw / f"{prefix}-labels-idx1-ubyte")
+        assert images.dtype == ref.data.dtype and torch.equal(images, ref.data)
+        assert torch.equal(labels.to(torch.int64), ref.targets)
+        assert list(D.FASHION_MNIST_CLASSES) == ref.classes
+    test = get_dataset("fashion_mnist", root, "test", download=False)
+    assert test.classes == ref.classes
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x01\x02\x08\x01" + bytes(8))
+    with pytest.raises(ValueError, match="not an IDX file"):
+        D.read_idx(bad)
+    short = tmp_path / "short"
+    short.write_bytes(b"\x00\x00\x08\x01" + (5).to_bytes(4, "big") + bytes(3))
+    with pytest.raises(ValueError, match=r"header gives shape \(5,\)"):
+        D.read_idx(short)
+
+
 def test_fashion_mnist_fallback_to_torchvision_download(tmp_path, monkeypatch):
     import torchvision.datasets as tvd
     calls = []

@@ -267,6 +267,36 @@ def test_smoke_sweep_end_to_end(smoke_runs):
                       for r in runs}
 
 
+@pytest.mark.notebooks
+def test_a_runs_templates_share_a_kernel_not_a_namespace(tmp_path):
+    # a run's two templates execute in one kernel (the second finds torch and the library
+    # imported), its namespace, history and cell count reset in between
+    import nbformat
+    import papermill as pm
+
+    def notebook(name: str, source: str) -> Path:
+        path = tmp_path / f"{name}.ipynb"
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        path.write_text(nbformat.writes(nb))
+        return path
+
+    first = notebook("first", "import os, sys\nimport focalcal\nleft_over = os.getpid()\nprint(left_over)")
+    second = notebook("second", "import os, sys\nprint(os.getpid(), 'left_over' in dir(), "
+                                "any(('import ' + 'focalcal') in cell for cell in In), 'focalcal' in sys.modules, "
+                                "os.getcwd())")
+    with sweep._run_kernel(tmp_path) as km:
+        done = [pm.execute_notebook(str(first), str(tmp_path / "a.ipynb"), kernel_name="python3",
+                                    progress_bar=False, km=km)]
+        sweep._reset_namespace(km)
+        done.append(pm.execute_notebook(str(second), str(tmp_path / "b.ipynb"), kernel_name="python3",
+                                        progress_bar=False, km=km))
+    pid = done[0].cells[0].outputs[0]["text"].strip()
+    assert done[1].cells[0].outputs[0]["text"].split() == [pid, "False", "False", "True", str(tmp_path)]
+    assert [nb.cells[0].execution_count for nb in done] == [1, 1]
+    assert not km.has_kernel  # shut down on leaving
+
+
 # --------------------------------------------------------------------------- SIGKILL + resume ---
 
 TINY_TRAIN = {"train_subset": 2000, "eval_subset": 500, "batch_size": 128, "schedule": "cpu_adam",

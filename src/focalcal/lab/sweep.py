@@ -16,6 +16,10 @@ defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templa
 2. ``posthoc_calibration``: fits the post-hoc calibrators on the validation logits and writes one
    row per calibration method into ``calibration.json``.
 
+Both run in one kernel, its namespace emptied between them (IPython's reset): the second template sees
+nothing of the first but finds torch and the library already imported, which saves every run a
+kernel start and about 2 s of imports.
+
 ``--profile`` defaults to ``cpu`` and ``DIR`` to ``runs/<profile>`` under the working directory;
 ``--only`` runs the runs whose id matches an ``fnmatch`` pattern, ``--list`` shows each run and
 whether it is done, ``--dry-run`` what would be submitted. With ``--executor slurm`` the runs go to
@@ -43,8 +47,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -182,7 +187,43 @@ def check_templates(runs: Iterable[RunSpec] = ()) -> dict[str, list[str]]:
     return declared
 
 
-def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any]) -> None:
+@contextmanager
+def _run_kernel(run_dir: Path) -> Iterator[Any]:
+    """A Python kernel started in ``run_dir`` for a run's templates, shut down on leaving."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    km = AsyncKernelManager(kernel_name="python3")
+    run_sync(km.start_kernel)(cwd=str(run_dir))
+    try:
+        yield km
+    finally:
+        run_sync(km.shutdown_kernel)(now=True)
+
+
+def _reset_namespace(km: Any) -> None:
+    """Empty the kernel's namespace and input history and restart its cell count at 1 (IPython's
+    ``reset(new_session=True)``), so that the next template runs as in a new kernel; imported
+    modules stay loaded."""
+    from jupyter_core.utils import run_sync
+
+    async def reset() -> dict[str, Any]:
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=300)
+            return await kc.execute_interactive("get_ipython().reset(new_session=True)",
+                                                store_history=False, timeout=300,
+                                                output_hook=lambda msg: None)
+        finally:
+            kc.stop_channels()
+
+    reply = run_sync(reset)()
+    if reply["content"]["status"] != "ok":
+        raise RunError(f"could not reset the kernel between templates: {reply['content']}")
+
+
+def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any], km: Any = None) -> None:
     import nbformat
     import papermill as pm
 
@@ -196,7 +237,7 @@ def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any]) -> N
         # loaded 4-fold (a shrunk gpu sweep beside a running cpu sweep lost a run that way)
         pm.execute_notebook(str(staged), str(partial), parameters=parameters, kernel_name="python3",
                             progress_bar=False, cwd=str(run_dir), stdout_file=sys.stdout,
-                            stderr_file=sys.stderr, start_timeout=300)
+                            stderr_file=sys.stderr, start_timeout=300, km=km)
     except pm.PapermillExecutionError as err:
         raise RunError(f"{name} stopped: {err.ename}: {err.evalue}") from err
     finally:
@@ -229,8 +270,10 @@ def execute_run(spec: dict[str, Any] | RunSpec, out: str | os.PathLike) -> dict[
     _remove_leftovers(run_dir)
     atomic_write_json(run_dir / "spec.json", spec.to_dict())
     t0 = time.perf_counter()
-    _execute_template("train_classifier", run_dir, spec.train_parameters(run_dir))
-    _execute_template("posthoc_calibration", run_dir, spec.posthoc_parameters(run_dir))
+    with _run_kernel(run_dir) as km:
+        _execute_template("train_classifier", run_dir, spec.train_parameters(run_dir), km)
+        _reset_namespace(km)
+        _execute_template("posthoc_calibration", run_dir, spec.posthoc_parameters(run_dir), km)
     rows = json.loads((run_dir / "calibration.json").read_text())
     record = {"run": spec.run_id, "spec": spec.to_dict(), "rows": rows,
               "seconds": round(time.perf_counter() - t0, 2)}

@@ -187,7 +187,9 @@ class TrainSettings:
         bfloat16 autocast for the forward pass; ``"auto"``: on CUDA with bf16 support only. The loss
         always sees float32 logits.
     channels_last : bool or "auto"
-        ``"auto"``: on CUDA only, for 4-D inputs.
+        Channels-last layout of the model and its 4-D inputs. ``"auto"``: on CUDA, and on the CPU
+        for a model with a 2-D convolution (faster there, see ``bench/bench_train.py``; the logits
+        differ from the contiguous layout's by float32 rounding).
     deterministic : bool
         On CUDA: deterministic algorithms and no cuDNN autotuning (slower). CPU runs are
         reproducible either way.
@@ -442,7 +444,8 @@ class Trainer:
         self.amp = (cuda and torch.cuda.is_bf16_supported()) if s.amp == "auto" else bool(s.amp)
         if self.amp and not cuda:
             raise ValueError("amp=True needs a CUDA device (bfloat16 autocast is used on GPU only)")
-        self.channels_last = cuda if s.channels_last == "auto" else bool(s.channels_last)
+        self.channels_last = ((cuda or any(isinstance(m, nn.Conv2d) for m in model.modules()))
+                              if s.channels_last == "auto" else bool(s.channels_last))
 
     def recorded_settings(self) -> dict[str, Any]:
         """The settings as ``config.json`` and the checkpoint record them (device resolved)."""

@@ -66,10 +66,11 @@ five ResNet-50 runs above. :func:`released_logits` returns one split of one of t
 ``$FOCALCAL_LOGITS_ROOT``, the cache, or a sha256-checked download (``released``).
 """
 
-from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_FILES, NORMALIZATION, TINY_IMAGENET_MD5,
-                     TINY_IMAGENET_URL, ImageFileDataset, ImageTensorDataset, Normalize, data_root,
-                     image_transform, prepare_fashion_mnist, read_cifar, read_svhn, read_tiny_imagenet,
-                     tiny_imagenet_val_mask, train_val_indices)
+from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_CLASSES, FASHION_MNIST_FILES,
+                     NORMALIZATION, TINY_IMAGENET_MD5, TINY_IMAGENET_URL, ImageFileDataset,
+                     ImageTensorDataset, Normalize, data_root, image_transform, prepare_fashion_mnist,
+                     read_cifar, read_idx, read_svhn, read_tiny_imagenet, tiny_imagenet_val_mask,
+                     train_val_indices)
 from .loaders import DeviceLoader, Loaders, make_loaders, seed_worker
 from .published import (CACHE_ENV, LOGITS_ENV, PUBLISHED_LOSSES, PUBLISHED_SHA256, DataUnavailableError,
                         cache_dir, published_logits, published_logits_path)
@@ -86,9 +87,10 @@ __all__ = [
     # synthetic tasks
     "GaussianMixture", "charoenphakdee_1d_task", "gaussian_mixture_task", "SyntheticDataset",
     # image datasets
-    "DATA_ENV", "data_root", "DEBIAN_FASHION_MNIST_DIR", "FASHION_MNIST_FILES", "NORMALIZATION",
+    "DATA_ENV", "data_root", "DEBIAN_FASHION_MNIST_DIR", "FASHION_MNIST_CLASSES", "FASHION_MNIST_FILES",
+    "NORMALIZATION",
     "TINY_IMAGENET_URL", "TINY_IMAGENET_MD5", "Normalize", "image_transform", "ImageTensorDataset",
-    "ImageFileDataset", "train_val_indices", "prepare_fashion_mnist", "read_cifar", "read_svhn",
+    "ImageFileDataset", "train_val_indices", "prepare_fashion_mnist", "read_cifar", "read_idx", "read_svhn",
     "tiny_imagenet_val_mask", "read_tiny_imagenet",
     # published logits
     "LOGITS_ENV", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
