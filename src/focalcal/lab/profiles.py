@@ -212,7 +212,8 @@ SMOKE_TRAIN = {"epochs": 1, "train_subset": 256, "eval_subset": 256, "batch_size
 SMOKE_POSTHOC = {"fts_temperatures": 50}
 SMOKE_PAIR = (TABLE1_LOSSES[0], TABLE1_LOSSES[2])  # cross-entropy, focal (gamma=3)
 
-# Fashion-MNIST on 2 CPU cores (about 25 of the profile's 30 minutes with --jobs 2): the papers'
+# Fashion-MNIST on 2 CPU cores (the cpu profile's cost per role, measured: README, "What the
+# profiles cost"): the papers'
 # CIFAR schedule (train.SCHEDULES["paper_cifar"]: SGD, momentum 0.9, weight decay 5e-4, learning
 # rate / 10 at 150/350 and 250/350 of the epochs) compressed to 18 epochs, on 4 000 training
 # images with mini-batches of 32 (more steps per epoch). Cross-entropy then fits its training set
@@ -220,8 +221,7 @@ SMOKE_PAIR = (TABLE1_LOSSES[0], TABLE1_LOSSES[2])  # cross-entropy, focal (gamma
 # 2020, Sec. 3). Validation: the 5 000 images of the fixed split; test: 5 000 of the 10 000 test
 # images (a seeded subset per seed) to halve the cost of the per-epoch evaluation.
 # The per-epoch records (Mukhoti et al.'s Figs. 2-3 and 10) use the first 1 000 validation and test
-# images: measured on the 2 cores, evaluating all 10 000 took twice as long as the training pass
-# (an 18-epoch run: 45 s of training, 2.5 s an epoch, against about 1.3 s with the subset); the last
+# images (evaluating all 10 000 every epoch took twice as long as the training pass); the last
 # epoch, whose logits every post-hoc result uses, is evaluated on all of them.
 CPU_FMNIST_TRAIN = {"epochs": 18, "train_subset": 4000, "eval_subset": 5000, "batch_size": 32,
                     "schedule": "paper_cifar", "optimizer": "sgd", "lr": 0.05, "device": "auto",
@@ -276,7 +276,7 @@ SYNTHETIC_BLOCK = Block(["gaussian_mixture", "charoenphakdee_1d"], ["mlp"], TABL
 # a 784-64-10 MLP trained with Adam on 4 000 images for 10 epochs with focal loss at the paper's
 # gammas (Fig. 2-3) or with CE + tau Tr(H) (Fig. 4), then lambda_max (20 Lanczos steps) and Tr(H)
 # (10 Hutchinson probes) of its training loss and of CE on 1 000 held-out validation images.
-# About 8 + 3 minutes with --jobs 2. The labels keep these runs apart from the CNN's Table 1 runs.
+# The labels keep these runs apart from the CNN's Table 1 runs.
 CURVATURE_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0)
 CURVATURE_TAUS = (1e-4, 1e-3, 1e-2)  # tau = 0.1 left the network at chance in a pilot
 CURVATURE_MLP = {"in_features": 784, "hidden": [64]}
@@ -303,12 +303,8 @@ SMOKE_CURVATURE_LOSSES = sum(curvature_losses((0.0, 3.0), (1e-2,)), ())
 # When does focal loss help? (book/experiments/when_focal_helps.md): the same CNN on 2 000
 # Fashion-MNIST images, SGD at a constant learning rate 0.02 (so that the logits saved after epoch
 # n are those of a network trained for n epochs, not of a schedule's early phase), with the
-# validation and test logits saved after 1, 2, 3, 5, 10, 20 and 30 epochs. Measured on the 2
-# cores: about 1.4 CPU-seconds per epoch (1 000 images cost about 1.1); once the cores were idle,
-# 0.9 s per epoch with 2 threads, plus about 13 s per run for the two templates: about 40 s per
-# run, so about 5-7 minutes for the 12 runs with --jobs 2 (25 minutes with --jobs 3 while other
-# jobs loaded the machine 7-fold). In a pilot (one seed) cross-
-# entropy's TS temperature went from 1.0 after 1-5 epochs to 2.9 after 30, focal loss's with
+# validation and test logits saved after 1, 2, 3, 5, 10, 20 and 30 epochs. In a pilot (one seed)
+# cross-entropy's TS temperature went from 1.0 after 1-5 epochs to 2.9 after 30, focal loss's with
 # gamma = 3 from 0.56-0.65 to 1.0; 1 000 images showed the same, with noisier ECE. The labels keep
 # these runs apart from the Table 1 runs of the same network.
 LENGTH_LOSSES = (loss("ce", label="CE"), loss("focal", label="focal-1", gamma=1.0),
@@ -348,38 +344,13 @@ def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequenc
 
 
 # ------------------------------------------------------------------------ the gpu profile ---
-# One modern GPU for about a working day: the papers' main networks (ResNet-50 and
-# Wide-ResNet-26-10, Mukhoti et al. 2020 Table 1; Komisarenko & Kull 2024 Table 1) on CIFAR-10 and
-# CIFAR-100, one seed, the papers' CIFAR schedule (SGD, momentum 0.9, weight decay 5e-4, learning
-# rate 0.1, batch 128, / 10 at 150/350 and 250/350 of the epochs) compressed from 350 to 60 epochs:
-# drops after epochs 26 and 43. Mukhoti et al. (Sec. 3, Fig. 2) show cross-entropy's test NLL
-# rising right after the first drop (epoch 150), once the network fits its training set, while the
-# test error keeps falling; the 17 epochs at 0.01 and 17 at 0.001 that follow the drops here are
-# several times what a ResNet-50 needs to fit CIFAR-10's training set at those rates, so the
-# overfitting that focal loss is meant to prevent shows up, as it does in the cpu profile's
-# 18-epoch Fashion-MNIST runs (8 epochs before the first drop).
-# Training data: all 45 000 training images (5 000 held out for validation, as in the papers), the
-# full test set; per-epoch records on all of them (an evaluation pass is about a tenth of an epoch
-# on a GPU). The loaders use worker processes and pinned memory ("auto"), the trainer bf16 autocast
-# and channels_last (TrainSettings "auto" on CUDA). torch.compile stays off: it is untested on the
-# papers' networks here; pass "torch_compile": True in GPU_TRAIN to try it.
-#
-# Expected cost on one H100 (an ESTIMATE, not a measurement: no GPU was at hand when this profile
-# was written). ResNet-50 for 32x32 inputs (3x3 stem, no max-pool) costs about 1.3 GFLOPs per image
-# forward (torchvision's 4.1 at 224x224 with its stage-1 maps at 56x56; here 32x32), so about
-# 4 GFLOPs per training image and 1.8e14 per epoch of 45 000 images; at the 30-50 TFLOP/s that
-# eager PyTorch reaches on such small maps with bf16 and channels_last, and with about 350 steps of
-# launch overhead, about 8-12 s per epoch, evaluation included. Wide-ResNet-26-10 (36.5 M
-# parameters, about 5 GFLOPs per image forward) uses the tensor cores better: about 12-18 s per
-# epoch. Call it 10 s and 15 s:
-#   main comparison  2 datasets x (10 + 15 s) x 60 epochs x 7 losses       ~ 21 000 s  5.8 h
-#   other losses     CIFAR-10 ResNet-50, 13 losses x 60 epochs x 10 s      ~  7 800 s  2.2 h
-#   training length  CIFAR-10 ResNet-50, 4 losses x 30 epochs x 10 s      ~  1 200 s  0.3 h
-#   curvature, Psi   MLPs on CIFAR-10 (33 + 36 runs of a few seconds an epoch; papermill's
-#                    start, about 15 s a run, dominates)                  ~  3 600 s  1.0 h
-#   synthetic tasks  the cpu profile's 12 runs (CPU work)                 ~    300 s
-#   in all (126 runs), with --jobs 1                                       ~ 33 900 s  9.4 h
-# The MLP runs leave the GPU mostly idle: `--jobs 2` overlaps them with the networks' runs.
+# One GPU for about a working day: the papers' main networks (ResNet-50 and Wide-ResNet-26-10,
+# Mukhoti et al. 2020 Table 1; Komisarenko & Kull 2024 Table 1) on CIFAR-10 and CIFAR-100, one
+# seed, the papers' CIFAR schedule compressed from 350 to 60 epochs (drops after epochs 26 and 43),
+# all 45 000 training images, per-epoch records on every evaluation image. The loaders use worker
+# processes and pinned memory ("auto"), the trainer bf16 autocast and channels_last ("auto" on
+# CUDA); torch.compile stays off ("torch_compile": True in GPU_TRAIN tries it). The schedule's
+# reasoning and the measured cost (about 7 GPU-hours on one H100): README, "What the profiles cost".
 GPU_TRAIN = {"epochs": 60, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd", "lr": 0.1,
              "device": "auto", "train_subset": 0, "eval_subset": 0}
 # Mukhoti et al.'s Fig. 1 (training-set reliability) for the Fig. 3 losses: logits of the
@@ -443,12 +414,8 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
 # DenseNet-121 (Mukhoti et al. Table 1; Komisarenko & Kull Table 1) with every loss of the
 # Fashion-MNIST comparison, 350 epochs, 5 seeds; Tiny-ImageNet on the papers' ResNet-50 (100
 # epochs, batch 64, drops after 40 and 60); the gpu profile's training-length, curvature and Psi
-# blocks with 5 seeds. For a SLURM cluster (one GPU and 8 cores per run; --executor slurm).
-# Expected cost (an ESTIMATE from the gpu profile's per-epoch figures, H100-class GPUs): ResNet-50
-# ~1 h a run, ResNet-110 ~2 h, WRN-26-10 ~1.5 h, DenseNet-121 ~2 h; 2 datasets x 20 losses x 5 seeds
-# x ~6.5 h over the four networks ~ 1 300 GPU-hours; Tiny-ImageNet (90 000 images of 64x64, about
-# 8x a CIFAR epoch, 100 epochs) 20 x 5 x ~2.2 h ~ 220 GPU-hours; the rest (training length,
-# MLPs) ~ 30 GPU-hours; in all about 1 550 GPU-hours (1 019 runs: the synthetic tasks' 12 as well), about 3 days on 22 GPUs.
+# blocks with 5 seeds. For a SLURM cluster (one GPU and 8 cores per run; --executor slurm). Its
+# estimated cost (about 1 400 GPU-hours): README, "What the profiles cost".
 PAPER_TRAIN = {**GPU_TRAIN, "epochs": 350}
 PAPER_FLSC531 = loss("flsc531", milestones=[100, 250], label="FLSc-531")
 PAPER_OTHER_LOSSES = tuple(PAPER_FLSC531 if lo.name == "flsc531" else lo for lo in GPU_OTHER_LOSSES)
@@ -516,12 +483,12 @@ PROFILES: dict[str, Profile] = {
          *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
     "gpu": Profile(
         "CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, the papers' schedule compressed "
-        "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 9 hours)",
+        "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 7 hours on an H100)",
         _gpu_blocks(GPU_TRAIN, GPU_FIG1_TRAIN, GPU_CLIPPED_TRAIN, [0], GPU_MODELS, GPU_OTHER_LOSSES,
                     [0, 1, 2])),
     "paper": Profile(
         "CIFAR-10/100 and Tiny-ImageNet with the papers' networks, schedules and losses, 5 seeds "
-        "(a SLURM cluster: about 1 550 GPU-hours)",
+        "(a SLURM cluster: about 1 400 GPU-hours)",
         _paper_blocks()),
 }
 
