@@ -106,7 +106,7 @@ def test_lab_figures_stay_within_the_width():
     z = torch.randn(200, 4, generator=torch.Generator().manual_seed(0))
     y = z.argmax(-1)
     panels = {f"T = {i + 1}": z / (i + 1) for i in range(5)}
-    fig, _ = results.plot_reliability_panel(y, panels, colors={name: "TS" for name in panels})
+    fig, _ = results.plot_reliability_panel(panels, y, colors={name: "TS" for name in panels})
     assert fig.get_figwidth() <= FIGURE_WIDTH_IN
     import matplotlib.pyplot as plt
 

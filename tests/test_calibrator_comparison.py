@@ -73,11 +73,11 @@ def test_nemenyi_critical_difference_is_demsar_table_value():
 def test_nll_interval_signs():
     zf, yf, zt, yt = network(1)
     _, lps = C.evaluate(zf, yf, zt, yt, methods={m: C.METHODS[m] for m in ("uncalibrated", "TS (NLL)")})
-    worse = C.nll_interval(yt, lps["uncalibrated"], lps["TS (NLL)"], n_resamples=200)
+    worse = C.nll_interval(lps["uncalibrated"], lps["TS (NLL)"], yt, n_resamples=200)
     assert worse.verdict == "worse" and worse.low > 0
     assert worse.estimate == pytest.approx(metrics.nll(logits=lps["uncalibrated"], labels=yt)
                                            - metrics.nll(logits=lps["TS (NLL)"], labels=yt))
-    same = C.nll_interval(yt, lps["TS (NLL)"], lps["TS (NLL)"], n_resamples=50)
+    same = C.nll_interval(lps["TS (NLL)"], lps["TS (NLL)"], yt, n_resamples=50)
     assert same.verdict == "indistinguishable" and same.estimate == 0.0
 
 
@@ -87,19 +87,19 @@ def test_intervals_match_the_metrics_and_the_ece_bootstrap():
     zf, yf, zt, yt = network(3)
     methods = {m: C.METHODS[m] for m in ("uncalibrated", "TS (NLL)", "matrix scaling")}
     rows, lps = C.evaluate(zf, yf, zt, yt, methods=methods)
-    terms = C.per_sample(yt, lps["matrix scaling"])
+    terms = C.per_sample(lps["matrix scaling"], yt)
     assert float(terms["NLL"].mean()) == pytest.approx(rows["matrix scaling"]["NLL"])
     assert float(terms["Brier"].mean()) == pytest.approx(rows["matrix scaling"]["Brier"])
     assert float(terms["accuracy"].mean()) == pytest.approx(rows["matrix scaling"]["accuracy"])
-    ivs = C.intervals(yt, lps, n_resamples=200, seed=1)
+    ivs = C.intervals(lps, yt, n_resamples=200, seed=1)
     assert set(ivs["uncalibrated"]) == set(C.BOOTSTRAP_METRICS)
     assert ivs["uncalibrated"]["NLL"].verdict == "worse"  # over-confident logits
     assert ivs["uncalibrated"]["NLL"].estimate == pytest.approx(rows["uncalibrated"]["NLL"] - rows["TS (NLL)"]["NLL"])
     assert ivs["TS (NLL)"]["accuracy"].verdict == "indistinguishable"
-    ref = ece_difference(yt, lps["uncalibrated"], lps["TS (NLL)"], binning="width", n_resamples=200, seed=1)
+    ref = ece_difference(lps["uncalibrated"], lps["TS (NLL)"], yt, binning="width", n_resamples=200, seed=1)
     assert ivs["uncalibrated"]["ECE (width)"] == ref
     # the same resamples as the additive metrics: the same seed gives the same draws
-    nll = C.nll_interval(yt, lps["uncalibrated"], lps["TS (NLL)"], n_resamples=200, seed=1)
+    nll = C.nll_interval(lps["uncalibrated"], lps["TS (NLL)"], yt, n_resamples=200, seed=1)
     assert (nll.low, nll.high) == pytest.approx((ivs["uncalibrated"]["NLL"].low, ivs["uncalibrated"]["NLL"].high))
 
 
@@ -108,7 +108,7 @@ def test_accuracy_interval_calls_a_higher_accuracy_better():
     right = torch.tensor([[0.0, -5.0]]).expand(400, 2).clone()
     half = right.clone()
     half[::2] = torch.tensor([-5.0, 0.0])
-    ivs = C.intervals(y, {"TS (NLL)": half, "good": right}, n_resamples=100)
+    ivs = C.intervals({"TS (NLL)": half, "good": right}, y, n_resamples=100)
     assert ivs["good"]["accuracy"].verdict == "better" and ivs["good"]["accuracy"].estimate == pytest.approx(0.5)
     assert ivs["good"]["NLL"].verdict == "better"
 

@@ -43,7 +43,7 @@ def test_select_and_missing():
 
 def test_seed_summary_and_cells():
     t = pd.DataFrame({"loss_label": [mf.FL3, mf.CE, mf.CE], "seed": [0, 0, 1], "ece": [0.02, 0.05, 0.07]})
-    s = mf.seed_summary(t, ["ece"])
+    s = vd.seed_summary(t, ["ece"], order=mf.LOSSES)
     assert list(s.index) == [mf.CE, mf.FL3]  # the order of LOSSES, not of the table
     assert s.loc[mf.CE, "ece_mean"] == pytest.approx(0.06) and s.loc[mf.CE, "seeds"] == 2
     cells = mf.range_cells(s, {"ece": (100.0, 1)})

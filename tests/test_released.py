@@ -187,7 +187,7 @@ def test_fit_eval_split(shared_data_root):
 # Mukhoti et al.'s protocol and their released code's conventions
 # --------------------------------------------------------------------------------------------
 
-def code_ece_loop(labels, logits, adaptive=False, n_bins=15):
+def code_ece_loop(logits, labels, adaptive=False, n_bins=15):
     """Mukhoti et al.'s ECELoss / AdaptiveECELoss as written in their repository (a loop over bins)."""
     conf, pred = torch.softmax(torch.as_tensor(logits).float(), dim=1).max(dim=1)
     acc = pred.eq(torch.as_tensor(labels))
@@ -210,25 +210,25 @@ def code_ece_loop(labels, logits, adaptive=False, n_bins=15):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_code_ece_is_the_released_code(adaptive, seed):
     z, y = synthetic(n=3000, seed=seed)
-    assert R.code_ece(y, z, adaptive=adaptive) == pytest.approx(code_ece_loop(y, z, adaptive), abs=2e-6)
+    assert R.code_ece(z, y, adaptive=adaptive) == pytest.approx(code_ece_loop(z, y, adaptive), abs=2e-6)
 
 
 def test_code_ece_equal_width_is_the_library_ece_up_to_float32():
     z, y = synthetic(n=5000, seed=3)
-    assert R.code_ece(y, z) == pytest.approx(metrics.ece(logits=z, labels=y), abs=1e-6)
+    assert R.code_ece(z, y) == pytest.approx(metrics.ece(logits=z, labels=y), abs=1e-6)
 
 
 def test_code_temperature_is_the_released_search():
     z, y = synthetic(n=3000, temp=1.6, seed=4)
     best, t_opt, t = 1e7, 1.0, 0.1
     for _ in range(100):  # their loop, with the loop ECE as the oracle
-        e = code_ece_loop(y, z.float() / t)
+        e = code_ece_loop(z.float() / t, y)
         if best > e:
             t_opt, best = t, e
         t += 0.1
-    assert R.code_temperature(y, z) == pytest.approx(t_opt, abs=1e-12)
+    assert R.code_temperature(z, y) == pytest.approx(t_opt, abs=1e-12)
     ts = TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES).fit(z, y)
-    assert R.code_temperature(y, z) == pytest.approx(ts.temperature_, abs=1e-9)
+    assert R.code_temperature(z, y) == pytest.approx(ts.temperature_, abs=1e-9)
 
 
 def test_mukhoti_row_against_direct_computation():
@@ -323,27 +323,27 @@ def test_resampled_ece_is_the_ece_of_the_resample(binning):
 
 def test_identical_calibrators_give_zero():
     z, y = synthetic(n=3000, seed=12)
-    iv = B.ece_difference(y, z, z.clone(), n_resamples=1000)
+    iv = B.ece_difference(z, z.clone(), y, n_resamples=1000)
     assert iv.estimate == iv.low == iv.high == 0.0 and iv.verdict == "indistinguishable"
 
 
 def test_a_clearly_worse_calibrator_is_found_and_the_sign_flips():
     z, y = synthetic(n=4000, temp=1.6, seed=13)
-    worse = B.ece_difference(y, z, z / 1.6, n_resamples=1000)  # raw (over-confident) against calibrated
-    better = B.ece_difference(y, z / 1.6, z, n_resamples=1000)
+    worse = B.ece_difference(z, z / 1.6, y, n_resamples=1000)  # raw (over-confident) against calibrated
+    better = B.ece_difference(z / 1.6, z, y, n_resamples=1000)
     assert worse.verdict == "worse" and worse.low > 0 and better.verdict == "better" and better.high < 0
     assert better.estimate == pytest.approx(-worse.estimate)
     assert worse.estimate == pytest.approx(metrics.ece(logits=z, labels=y, binning="mass")
                                            - metrics.ece(logits=z / 1.6, labels=y, binning="mass"))
-    again = B.ece_difference(y, z, z / 1.6, n_resamples=1000)
+    again = B.ece_difference(z, z / 1.6, y, n_resamples=1000)
     assert (again.low, again.high) == (worse.low, worse.high)  # seeded
 
 
 def test_several_candidates_share_the_resamples():
     z, y = synthetic(n=3000, temp=1.6, seed=15)
-    both = B.ece_differences(y, {"a": z / 1.3, "b": z / 1.8}, z, n_resamples=1000, seed=3)
-    assert both["a"] == B.ece_difference(y, z / 1.3, z, n_resamples=1000, seed=3)
-    assert both["b"] == B.ece_difference(y, z / 1.8, z, n_resamples=1000, seed=3)
+    both = B.ece_differences({"a": z / 1.3, "b": z / 1.8}, z, y, n_resamples=1000, seed=3)
+    assert both["a"] == B.ece_difference(z / 1.3, z, y, n_resamples=1000, seed=3)
+    assert both["b"] == B.ece_difference(z / 1.8, z, y, n_resamples=1000, seed=3)
 
 
 def test_percentile_intervals_cover_a_mean_about_95_percent_of_the_time():

@@ -63,7 +63,7 @@ def test_runs_dir_env(monkeypatch, tmp_path):
 
 def test_metric_row_matches_direct_formulas():
     z, y = overconfident_logits(600, k=4, seed=1)
-    row = results.metric_row(y, z)
+    row = results.metric_row(z, y)
     p = torch.softmax(z, -1).numpy()
     yn = y.numpy()
     n = len(yn)
@@ -88,7 +88,7 @@ def test_metric_row_matches_direct_formulas():
     assert row["ece_mass"] == pytest.approx(mass, abs=1e-12)
     assert row["classwise_ece"] == pytest.approx(metrics.classwise_ece(logits=z, labels=y), abs=1e-12)
     with pytest.raises(ValueError, match="log_probs"):
-        results.metric_row(y, z[None])
+        results.metric_row(z[None], y)
 
 
 # -------------------------------------------------------------------------------- calibrate ---
@@ -137,7 +137,7 @@ def test_calibrate_log_probs_match_rows_and_apply_calibration(calibrated):
         lp = cal.log_probs[row["method"]]
         assert lp.dtype == torch.float64 and lp.shape == zt.shape
         assert torch.isfinite(lp).all()
-        assert results.metric_row(yt, lp) == pytest.approx({k: row[k] for k in results.METRICS}, abs=1e-12)
+        assert results.metric_row(lp, yt) == pytest.approx({k: row[k] for k in results.METRICS}, abs=1e-12)
         # a stored row reproduces its predictions without refitting
         again = results.apply_calibration(row, zt.float())
         torch.testing.assert_close(again.exp(), lp.exp(), atol=1e-6, rtol=0)
@@ -325,14 +325,14 @@ def test_figures_have_labels():
     assert labels == ["cross-entropy", "focal (gamma=3)"]
     plt.close(fig)
     z, y = overconfident_logits(200, seed=9)
-    fig, axes = results.plot_reliability_panel(y, {"uncalibrated": z, "TS (ECE)": z / 3}, title="t")
+    fig, axes = results.plot_reliability_panel({"uncalibrated": z, "TS (ECE)": z / 3}, y, title="t")
     assert axes.shape == (2, 2) and "confidence" in fig.get_supxlabel()
     assert axes[0, 0].get_ylabel() == "accuracy" and axes[1, 0].get_ylabel()
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) >= 2
     assert "TS (ECE)" in axes[0, 1].get_title()
     plt.close(fig)
     with pytest.raises(ValueError, match="log_probs must name at least one method"):
-        results.plot_reliability_panel(y, {})
+        results.plot_reliability_panel({}, y)
 
 
 # --------------------------------------------------------------- synthetic: true posterior ---
@@ -427,10 +427,10 @@ def test_confidence_row_is_metric_row_plus_mean_confidence():
     g = torch.Generator().manual_seed(3)
     z = 3 * torch.randn(400, 6, generator=g, dtype=torch.float64)
     y = torch.randint(0, 6, (400,), generator=g)
-    row = results.confidence_row(y, z)
+    row = results.confidence_row(z, y)
     assert list(row) == ["accuracy", "confidence", "ece_width", "ece_mass", "nll"]
     assert row["confidence"] == pytest.approx(float(torch.softmax(z, 1).amax(1).mean()), abs=1e-15)
     assert row["ece_mass"] == metrics.ece(logits=z, labels=y, binning="mass")
     assert row["nll"] == metrics.nll(logits=z, labels=y)
     with pytest.raises(ValueError, match="^logits must have shape"):
-        results.confidence_row(y, z[0])
+        results.confidence_row(z[0], y)

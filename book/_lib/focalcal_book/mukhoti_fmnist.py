@@ -5,8 +5,8 @@ constants of :mod:`focalcal.lab.sweep`) turned into their tables, their mechanis
 verdicts on their qualitative claims:
 
 - :func:`select_runs`, :func:`missing_losses`: the runs of :data:`LOSSES` in a results table;
-- :func:`protocol_table`, :func:`seed_summary`, :func:`range_cells`: their Tables 1-2, 4-7 and
-  9-12 quantities with their temperature protocol
+- :func:`protocol_table`, :func:`range_cells` (of :func:`focalcal_book.verdicts.seed_summary`):
+  their Tables 1-2, 4-7 and 9-12 quantities with their temperature protocol
   (:func:`focalcal.lab.results.released.mukhoti_row`) beside K&K's temperatures of ``results.csv``;
 - :func:`prefix_histories`: per-epoch records on one evaluation subset at every epoch;
 - :func:`nll_rise`, :func:`rise`, :func:`late_mean`, :func:`final_stat`: the per-seed numbers
@@ -43,7 +43,7 @@ from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN,
                                     combine, compare_ranges, every_step, majority, paired, spread_text, untrained)
 
 __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "BASELINE_T_LOW",
-           "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table", "seed_summary",
+           "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table",
            "range_cells", "failed_losses",
            "prefix_histories", "late_epochs", "nll_rise", "rise", "late_mean", "final_stat", "grad_norm_medians",
            "compare_seeds", "against_ce", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
@@ -123,19 +123,9 @@ def protocol_table(out: str | Path, results):
     return pd.DataFrame(rows)
 
 
-def seed_summary(table, columns: Sequence[str], losses: Sequence[str] = LOSSES):
-    """Per loss (in the order of ``losses``, those present): ``<c>_mean``, ``<c>_min``, ``<c>_max``
-    over seeds for every column ``c``, and ``seeds``; indexed by ``loss_label``."""
-    g = table.groupby("loss_label")
-    out = g[list(columns)].agg(["mean", "min", "max"])
-    out.columns = [f"{c}_{s}" for c, s in out.columns]
-    out["seeds"] = g.size()
-    return out.loc[[lo for lo in losses if lo in out.index]]
-
-
 def range_cells(summary, columns: Mapping[str, tuple[float, int]]):
-    """``summary`` (:func:`seed_summary`) as HTML cells: the mean over seeds, and below it in small
-    print the least and the largest seed (nothing below with one seed).
+    """``summary`` (:func:`focalcal_book.verdicts.seed_summary`) as HTML cells: the mean over seeds,
+    and below it in small print the least and the largest seed (nothing below with one seed).
 
     ``columns``: column -> ``(scale, decimals)`` (``100, 2`` for a percentage). Returns a DataFrame
     indexed by ``loss_label`` with one text column per entry of ``columns``.
@@ -651,7 +641,7 @@ def plot_train_reliability(out: str | Path, run_id: str, label: str, *, n_bins: 
     if not rows:
         return None, []
     n_images = len(next(iter(labels.values())))
-    fig, axes = plot_reliability_panel(labels, logits, n_bins=n_bins, binning="width",
+    fig, axes = plot_reliability_panel(logits, labels, n_bins=n_bins, binning="width",
                                        colors={k: label for k in logits},
                                        title=f"{label}: training set ({n_images:,} images)")
     for ax in axes[0]:

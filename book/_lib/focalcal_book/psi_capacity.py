@@ -148,10 +148,10 @@ def psi_table(out: str | Path, runs, results) -> Any:
         rr = results[results["run"] == rec["run"]].set_index("method")
         run = load_run(Path(out) / "runs" / rec["run"])
         z, y = run.test_logits.double(), run.test_labels
-        raw = confidence_row(y, z)
+        raw = confidence_row(z, y)
         gap_se = _gap_se(z, y)
         zv, yv = run.val_logits.double(), run.val_labels
-        val = confidence_row(yv, zv)
+        val = confidence_row(zv, yv)
         psi_lp = apply_calibration(rr.loc["Psi"], z)  # the stored row: Psi with the training gamma
         conf_psi = float(psi_lp.exp().amax(-1).mean())
         g = float(rec["gamma"])

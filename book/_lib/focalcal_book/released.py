@@ -119,7 +119,7 @@ def pp(value: float) -> str:
     return f"{100 * value:+.2f}".replace("-", "−")
 
 
-def confidence_gap(labels: Any, logits: Any) -> float:
+def confidence_gap(logits: Any, labels: Any) -> float:
     """Mean top-class confidence minus accuracy of ``logits`` (a fraction; > 0: over-confident)."""
     import torch
 
@@ -320,7 +320,7 @@ def forest_plot(intervals: pd.DataFrame):
 def reliability_row(panels: Sequence[tuple[Any, Any, str, str]], *, n_bins: int = 15):
     """Reliability diagrams side by side (Mukhoti et al.'s Fig. 1 style, 15 equal-width bins).
 
-    ``panels``: ``(labels, logits, method, title)`` per panel, titles distinct; ``method`` picks
+    ``panels``: ``(logits, labels, method, title)`` per panel, titles distinct; ``method`` picks
     the colour (:func:`focalcal.plotting.color`). Drawn by
     :func:`focalcal.lab.results.plot_reliability_panel`: one legend below the panels, where it
     covers no bar.
@@ -330,8 +330,8 @@ def reliability_row(panels: Sequence[tuple[Any, Any, str, str]], *, n_bins: int 
     titles = [title for *_, title in panels]
     if len(set(titles)) != len(titles):
         raise ValueError(f"panels must have distinct titles, got {titles}")
-    return plot_reliability_panel({title: labels for labels, _, _, title in panels},
-                                  {title: logits for _, logits, _, title in panels}, n_bins=n_bins,
+    return plot_reliability_panel({title: logits for logits, _, _, title in panels},
+                                  {title: labels for _, labels, _, title in panels}, n_bins=n_bins,
                                   binning="width", colors={title: method for _, _, method, title in panels})
 
 

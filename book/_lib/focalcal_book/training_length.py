@@ -32,7 +32,7 @@ from focalcal.posthoc import TemperatureScaling
 from focalcal_book.verdicts import HOLDS, paired
 
 __all__ = ["PAPER_LINES", "CALIBRATED", "sweep_runs", "map_temperature", "epoch_table", "map_predictions",
-           "seed_summary", "regimes", "crossing_epochs", "best_loss_by_epoch", "segments",
+           "SUMMARISED", "regimes", "crossing_epochs", "best_loss_by_epoch", "segments",
            "describe_segments", "plot_ece_and_temperature", "plot_temperature_vs_map", "fmt_epochs",
            "per_seed_mean", "regime_choice", "in_interval"]
 
@@ -124,15 +124,8 @@ def map_predictions(gammas: Sequence[float]) -> Any:
     return pd.DataFrame(rows).set_index("gamma")
 
 
-def seed_summary(table, columns: Sequence[str] = ("temperature", "test_ece", "test_ece_ts",
-                                                    "map_temperature")) -> Any:
-    """Mean, standard deviation, least and largest value over seeds of ``columns``, per loss and
-    saved epoch (columns ``<name>_mean``, ``<name>_sd``, ``<name>_min``, ``<name>_max``, ``seeds``)."""
-    g = table.groupby(["loss_label", "gamma", "epoch"], sort=False)
-    out = g[list(columns)].agg(["mean", "std", "min", "max"])
-    out.columns = [f"{c}_{'sd' if s == 'std' else s}" for c, s in out.columns]
-    out["seeds"] = g.size()
-    return out.reset_index()
+#: the columns the page summarises over seeds, per loss and saved epoch
+SUMMARISED = ("temperature", "test_ece", "test_ece_ts", "map_temperature")
 
 
 def regimes(table, *, early_below: float = 0.9, late_from: float = 0.99) -> dict[str, Any]:

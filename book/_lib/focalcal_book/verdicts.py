@@ -13,7 +13,8 @@ train: :func:`untrained`) or :data:`NOT_RUN` (the build lacks the runs it needs)
   (:func:`falling_steps` gives the steps of a falling trend);
 - :func:`combine`: one verdict for a claim made of parts, never dropping a part silently;
 - :func:`untrained`: the failed-experiment rule, which no calibration verdict may ignore;
-- :func:`spread_text`: the mean and range over seeds (or the range alone) in prose.
+- :func:`spread_text`: the mean and range over seeds (or the range alone) in prose;
+  :func:`seed_summary`: the same statistics of a table's columns, per group.
 
 Conventions shared by the rules (one rule for every page): a claim is strict ("lower" means
 strictly lower); a tie supports neither side, so a comparison decided only by ties is
@@ -32,7 +33,7 @@ import numpy as np
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "PARTLY_TESTED", "NOT_TRAINED", "NOT_RUN", "VERDICTS",
            "TRAINED_FRACTION", "paired", "compare_ranges", "majority", "every_step", "falling_steps", "combine", "untested",
-           "untrained", "gate", "spread_text"]
+           "untrained", "gate", "spread_text", "seed_summary"]
 
 #: the claim holds on every seed (pair) or the seed ranges separate in its direction
 HOLDS = "holds"
@@ -267,3 +268,18 @@ def spread_text(values: Sequence[float] | np.ndarray, *, scale: float = 1.0, dig
     if v.size == 1:
         return f"{fmt(v.mean())} (one seed)"
     return f"{fmt(v.mean())} ({lo}–{hi})"
+
+
+def seed_summary(table, columns: Sequence[str], by: Sequence[str] = ("loss_label",),
+                 order: Sequence[object] | None = None):
+    """Mean, standard deviation, least and largest value over seeds of ``columns`` per group of ``by``.
+
+    Columns ``<c>_mean``, ``<c>_sd``, ``<c>_min``, ``<c>_max`` for every ``c`` and ``seeds`` (the
+    group's rows); indexed by ``by``, groups in the order they first appear, or, with ``order``, in
+    that order (the groups of a one-key ``by`` that are present; others left out).
+    """
+    g = table.groupby(list(by), sort=False)
+    out = g[list(columns)].agg(["mean", "std", "min", "max"])
+    out.columns = [f"{c}_{'sd' if s == 'std' else s}" for c, s in out.columns]
+    out["seeds"] = g.size()
+    return out if order is None else out.loc[[k for k in order if k in out.index]]

@@ -146,7 +146,7 @@ def per_seed(out: str | Path, runs: pd.DataFrame, *, n_bins: int = 15) -> pd.Dat
                      "parameters": ", ".join(f"{k}={v!r}" for k, v in
                                              loss_parameters(run.config["loss"], run.loss_params).items())
                      or "none",
-                     "confidence_gap": confidence_gap(run.test_labels, run.test_logits),
+                     "confidence_gap": confidence_gap(run.test_logits, run.test_labels),
                      "near_uniform": near_uniform_share(run.test_logits),
                      "clip_grad_norm": float("nan") if clip is None else float(clip),
                      **zhou_row(run.test_logits, run.test_labels, run.val_logits, run.val_labels,
@@ -673,7 +673,7 @@ def reliability_figures(out: str | Path, table: pd.DataFrame, *, seed: int = 0, 
     panels = []
     for r in rows.itertuples(index=False):
         run = load_run(Path(out) / "runs" / r.run)
-        panels.append((run.test_labels, run.test_logits, r.loss_label, r.loss_label))
+        panels.append((run.test_logits, run.test_labels, r.loss_label, r.loss_label))
     # balanced rows (7 panels: 4 + 3, 5: 3 + 2), so that no figure is a lone narrow panel
     size = -(-len(panels) // -(-len(panels) // per_row)) if panels else per_row
     figs = []

@@ -113,7 +113,7 @@ def paired_bootstrap(statistic: Callable[[torch.Tensor], torch.Tensor], n: int, 
     return torch.cat(out)
 
 
-def _top(labels: torch.Tensor, log_probs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _top(log_probs: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     lp = check_logits(log_probs, "log_probs").to(torch.float64)
     if lp.dim() != 2:
         raise ValueError(f"log_probs must have shape (N, K), got {tuple(lp.shape)}")
@@ -173,7 +173,7 @@ def resampled_ece(confidences: torch.Tensor, correct: torch.Tensor, counts: torc
     return sums.view(b, n_bins).abs().sum(1) / m
 
 
-def ece_differences(labels: Any, candidates: Mapping[str, Any], baseline_log_probs: Any, *, n_bins: int = 15,
+def ece_differences(candidates: Mapping[str, Any], baseline_log_probs: Any, labels: Any, *, n_bins: int = 15,
                     binning: str = "mass", n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
                     chunk: int = 100) -> dict[str, BootstrapInterval]:
     """Paired bootstrap intervals of ``ECE(candidate) - ECE(baseline)`` for several candidates at once.
@@ -184,10 +184,10 @@ def ece_differences(labels: Any, candidates: Mapping[str, Any], baseline_log_pro
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
     candidates : mapping name -> Tensor, shape (N, K)
         Calibrated predictions (log-probabilities, or logits whose softmax is the prediction).
     baseline_log_probs : Tensor, shape (N, K)
+    labels : Tensor, shape (N,)
     n_bins, binning
         The ECE's bins (:func:`focalcal.metrics.ece`); default: 15 equal-mass bins, Komisarenko &
         Kull's ECE.
@@ -205,8 +205,8 @@ def ece_differences(labels: Any, candidates: Mapping[str, Any], baseline_log_pro
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     check_choice(binning, "binning", metrics.BINNINGS)
     y = torch.as_tensor(labels)
-    base = _top(y, baseline_log_probs)
-    tops = {name: _top(y, lp) for name, lp in candidates.items()}
+    base = _top(baseline_log_probs, y)
+    tops = {name: _top(lp, y) for name, lp in candidates.items()}
     for name, (conf, _) in tops.items():
         if conf.shape != base[0].shape:
             raise ValueError(f"candidate {name!r} and baseline_log_probs must have the same N, got "
@@ -231,11 +231,11 @@ def ece_differences(labels: Any, candidates: Mapping[str, Any], baseline_log_pro
     return out
 
 
-def ece_difference(labels: Any, log_probs: Any, baseline_log_probs: Any, **kwargs: Any) -> BootstrapInterval:
+def ece_difference(log_probs: Any, baseline_log_probs: Any, labels: Any, **kwargs: Any) -> BootstrapInterval:
     """Paired bootstrap interval of ``ECE(method) - ECE(baseline)`` over the test samples.
 
     ``log_probs`` and ``baseline_log_probs`` are the two calibrated predictions, shape ``(N, K)``;
     the keyword arguments (``n_bins``, ``binning``, ``n_resamples``, ``seed``, ``level``, ``chunk``)
     are those of :func:`ece_differences`.
     """
-    return ece_differences(labels, {"method": log_probs}, baseline_log_probs, **kwargs)["method"]
+    return ece_differences({"method": log_probs}, baseline_log_probs, labels, **kwargs)["method"]

@@ -122,7 +122,7 @@ def evaluate(fit_logits: torch.Tensor, fit_labels: torch.Tensor, eval_logits: to
     return rows, log_probs
 
 
-def nll_interval(labels: torch.Tensor, log_probs: torch.Tensor, baseline_log_probs: torch.Tensor, *,
+def nll_interval(log_probs: torch.Tensor, baseline_log_probs: torch.Tensor, labels: torch.Tensor, *,
                  n_resamples: int = 1000, seed: int = 0) -> BootstrapInterval:
     """Paired bootstrap 95 % interval of ``NLL(method) - NLL(baseline)`` over the test samples."""
     y = labels.long().view(-1, 1)
@@ -185,7 +185,7 @@ def friedman_nemenyi(tables: list[Mapping[str, Mapping[str, float]]], metric: st
 # paired bootstrap against the baseline
 # --------------------------------------------------------------------------------------------
 
-def per_sample(labels: torch.Tensor, log_probs: torch.Tensor) -> dict[str, torch.Tensor]:
+def per_sample(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
     """The per-sample terms of the additive metrics: ``NLL`` (``-log p_y``), ``Brier``
     (``sum_k (p_k - 1[y = k])^2``) and ``accuracy`` (0/1); their means are the metrics."""
     y = torch.as_tensor(labels).long()
@@ -205,7 +205,7 @@ def _interval(estimate: float, draws: torch.Tensor, metric: str, n_resamples: in
     return BootstrapInterval(float(estimate), low, high, float(level), int(n_resamples), int(seed), word)
 
 
-def intervals(labels: torch.Tensor, log_probs: Mapping[str, torch.Tensor], baseline: str = BASELINE, *,
+def intervals(log_probs: Mapping[str, torch.Tensor], labels: torch.Tensor, baseline: str = BASELINE, *,
               n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, dict[str, BootstrapInterval]]:
     """Paired bootstrap intervals of ``metric(method) - metric(baseline)`` over the test samples,
     for every method of ``log_probs`` and every metric of :data:`BOOTSTRAP_METRICS`.
@@ -218,7 +218,7 @@ def intervals(labels: torch.Tensor, log_probs: Mapping[str, torch.Tensor], basel
     """
     y = torch.as_tensor(labels).long()
     names = list(log_probs)
-    terms = {m: per_sample(y, lp) for m, lp in log_probs.items()}
+    terms = {m: per_sample(lp, y) for m, lp in log_probs.items()}
     additive = [k for k in BOOTSTRAP_METRICS if k in ("NLL", "Brier", "accuracy")]
     diff = torch.stack([terms[m][k] - terms[baseline][k] for k in additive for m in names])  # (metrics*methods, N)
     n = y.shape[0]
@@ -228,7 +228,7 @@ def intervals(labels: torch.Tensor, log_probs: Mapping[str, torch.Tensor], basel
     for j, (k, m) in enumerate((k, m) for k in additive for m in names):
         out[m][k] = _interval(float(diff[j].mean()), draws[:, j], k, n_resamples, seed, level)
     for k, binning in (("ECE (width)", "width"), ("ECE (mass)", "mass")):
-        ece = ece_differences(y, log_probs, log_probs[baseline], binning=binning, n_resamples=n_resamples,
+        ece = ece_differences(log_probs, log_probs[baseline], y, binning=binning, n_resamples=n_resamples,
                               seed=seed, level=level)
         for m in names:
             out[m][k] = ece[m]
@@ -253,7 +253,7 @@ def network_result(fit_logits: torch.Tensor, fit_labels: torch.Tensor, eval_logi
         warnings.simplefilter("always")
         rows, lps = evaluate(torch.as_tensor(fit_logits), torch.as_tensor(fit_labels),
                              torch.as_tensor(eval_logits), torch.as_tensor(eval_labels), gamma=gamma)
-    ivs = intervals(torch.as_tensor(eval_labels), lps, n_resamples=n_resamples, seed=seed)
+    ivs = intervals(lps, torch.as_tensor(eval_labels), n_resamples=n_resamples, seed=seed)
     return {"rows": rows, "intervals": {m: {k: iv.as_dict() for k, iv in d.items()} for m, d in ivs.items()},
             "n_fit": int(len(fit_labels)), "n_eval": int(len(eval_labels)), "n_classes": int(eval_logits.shape[-1]),
             "warnings": sorted({f"{w.category.__name__}: {str(w.message)[:200]}" for w in caught})}

@@ -93,7 +93,7 @@ def plot_training_curves(histories, *, split: str = "test", panels: Sequence[str
     return fig, axes
 
 
-def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins: int = 15,
+def plot_reliability_panel(log_probs: Mapping[str, Any], labels: Any, *, n_bins: int = 15,
                            binning: str = "mass", title: str | None = None,
                            colors: Mapping[str, str] | None = None):
     """Reliability diagrams side by side, one per method (:func:`focalcal.plotting.plot_reliability`).
@@ -103,11 +103,11 @@ def plot_reliability_panel(labels: Any, log_probs: Mapping[str, Any], *, n_bins:
 
     Parameters
     ----------
-    labels : Tensor, shape (N,), or mapping panel -> Tensor
-        The labels of every panel, or each panel's own (panels on different splits).
     log_probs : mapping panel -> Tensor (N, K)
         Log-probabilities or logits. Panels named by methods of :data:`METHODS` are coloured by
         their family, others by their name or by ``colors``.
+    labels : Tensor, shape (N,), or mapping panel -> Tensor
+        The labels of every panel, or each panel's own (panels on different splits).
     binning : {"mass", "width"}
         ``"mass"``: K&K's equal-mass bins.
     title : str, optional

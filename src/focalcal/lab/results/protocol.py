@@ -110,14 +110,14 @@ def temperature_grid(n: int = 500, t_max: float = 5.0) -> tuple[float, ...]:
     return tuple(round(t_max * k / n, 12) for k in range(1, n + 1))
 
 
-def metric_row(labels: Any, log_probs: Any, *, n_bins: int = 15) -> dict[str, float]:
+def metric_row(log_probs: Any, labels: Any, *, n_bins: int = 15) -> dict[str, float]:
     """The test metrics of one method (:data:`METRICS`) from its log-probabilities.
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
     log_probs : Tensor, shape (N, K)
         Log-probabilities (any logits whose softmax is the prediction work as well).
+    labels : Tensor, shape (N,)
     n_bins : int
         Bins of the three calibration errors.
     """
@@ -135,13 +135,13 @@ def metric_row(labels: Any, log_probs: Any, *, n_bins: int = 15) -> dict[str, fl
     }
 
 
-def confidence_row(labels: Any, logits: Any) -> dict[str, float]:
+def confidence_row(logits: Any, labels: Any) -> dict[str, float]:
     """How confident and how calibrated one model's predictions are, before any calibrator.
 
     Parameters
     ----------
-    labels : Tensor, shape (N,)
     logits : Tensor, shape (N, K)
+    labels : Tensor, shape (N,)
 
     Returns
     -------
@@ -153,7 +153,7 @@ def confidence_row(labels: Any, logits: Any) -> dict[str, float]:
     z = check_logits(logits, "logits")
     if z.dim() != 2:
         raise ValueError(f"logits must have shape (N, K), got {tuple(z.shape)}")
-    row = metric_row(labels, z)
+    row = metric_row(z, labels)
     confidence = float(torch.softmax(z, dim=-1).amax(-1).mean())
     return {"accuracy": row["accuracy"], "confidence": confidence, "ece_width": row["ece_width"],
             "ece_mass": row["ece_mass"], "nll": row["nll"]}
@@ -247,7 +247,7 @@ def calibrate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: A
         rows.append({"method": method, "family": FAMILIES[method], "criterion": criteria.get(method),
                      "temperature": t, "gamma_ev": g, "at_edge": at_edge,
                      "val_score": None if score is None else float(score),
-                     **metric_row(yt, lp, n_bins=n_bins),
+                     **metric_row(lp, yt, n_bins=n_bins),
                      "n_val": int(zv.shape[0]), "n_test": int(zt.shape[0]),
                      "n_temperatures": len(temps), "t_min": float(min(temps)),
                      "t_max": float(max(temps))})

@@ -107,7 +107,7 @@ def fit_eval_split(name: str, **load: Any) -> FitEval:
 # Mukhoti et al.'s protocol, and their released code's conventions
 # --------------------------------------------------------------------------------------------
 
-def code_ece(labels: Any, logits: Any, *, adaptive: bool = False, n_bins: int = 15) -> float:
+def code_ece(logits: Any, labels: Any, *, adaptive: bool = False, n_bins: int = 15) -> float:
     """ECE or AdaECE as Mukhoti et al.'s released code computes them (``ECELoss``, ``AdaptiveECELoss``).
 
     Softmax in float32; equal-width edges ``torch.linspace(0, 1, n_bins + 1)`` (float32) or, for
@@ -137,13 +137,13 @@ def code_ece(labels: Any, logits: Any, *, adaptive: bool = False, n_bins: int = 
     return float(((s_conf[full] - s_hit[full]).abs() / cnt[full] * (cnt[full] / n)).sum())
 
 
-def code_temperature(labels: Any, logits: Any, *, n_bins: int = 15) -> float:
+def code_temperature(logits: Any, labels: Any, *, n_bins: int = 15) -> float:
     """``T`` as Mukhoti et al.'s ``set_temperature`` selects it: ``T = 0.1`` then ``T += 0.1`` a hundred
     times (floating-point accumulation), float32 ECE (:func:`code_ece`), the first strict minimum."""
     z = torch.as_tensor(logits).to(torch.float32)
     best, t_opt, t = 1e7, 1.0, 0.1
     for _ in range(100):
-        e = code_ece(labels, z / t, n_bins=n_bins)
+        e = code_ece(z / t, labels, n_bins=n_bins)
         if best > e:
             t_opt, best = t, e
         t += 0.1
@@ -164,13 +164,13 @@ def mukhoti_row(split: FitEval, *, n_bins: int = 15) -> dict[str, float]:
     t = ts.temperature_
     y = split.eval_labels
     row: dict[str, float] = {"temperature": t,
-                             "temperature_code": code_temperature(split.fit_labels, split.fit_logits, n_bins=n_bins),
+                             "temperature_code": code_temperature(split.fit_logits, split.fit_labels, n_bins=n_bins),
                              "error": 1.0 - metrics.accuracy(logits=split.eval_logits, labels=y)}
     for when, z in (("pre", split.eval_logits), ("post", split.eval_logits / t)):
         conf = metrics.frac_confident(logits=z, labels=y, threshold=0.99)
         row.update({f"ece_{when}": metrics.ece(logits=z, labels=y, n_bins=n_bins),
                     f"adaece_{when}": metrics.ece(logits=z, labels=y, n_bins=n_bins, binning="mass"),
-                    f"adaece_code_{when}": code_ece(y, z, adaptive=True, n_bins=n_bins),
+                    f"adaece_code_{when}": code_ece(z, y, adaptive=True, n_bins=n_bins),
                     f"nll_{when}": metrics.nll(logits=z, labels=y),
                     f"mce_{when}": metrics.mce(logits=z, labels=y, n_bins=n_bins),
                     f"s99_{when}": conf.fraction, f"s99_acc_{when}": conf.accuracy})
@@ -228,7 +228,7 @@ def kk_rows(params: dict[str, dict[str, float]], eval_logits: Any, eval_labels: 
     """One row per fitted method: its parameters and the test metrics of :func:`metric_row`
     (``log_probs``: :func:`kk_log_probs` of ``eval_logits`` when already computed)."""
     lps = kk_log_probs(params, eval_logits) if log_probs is None else log_probs
-    return [{"method": m, **params[m], **metric_row(eval_labels, lp, n_bins=n_bins)} for m, lp in lps.items()]
+    return [{"method": m, **params[m], **metric_row(lp, eval_labels, n_bins=n_bins)} for m, lp in lps.items()]
 
 
 def kk_network(name: str, *, n_resamples: int = N_RESAMPLES, seed: int = 0, n_bins: int = 15,
@@ -248,7 +248,7 @@ def kk_network(name: str, *, n_resamples: int = N_RESAMPLES, seed: int = 0, n_bi
     lps = kk_log_probs(params, split.eval_logits)
     y = split.eval_labels
     compared = {"interval": lps["focal TS (ECE)"], "interval_line": lps["focal TS (ECE, 3m line)"]}
-    boot = {key: iv.as_dict() for key, iv in ece_differences(y, compared, lps["TS (ECE)"], n_bins=n_bins,
+    boot = {key: iv.as_dict() for key, iv in ece_differences(compared, lps["TS (ECE)"], y, n_bins=n_bins,
                                                              n_resamples=n_resamples, seed=seed).items()}
     rows = kk_rows(params, split.eval_logits, y, n_bins=n_bins, log_probs=lps)
     return {"rows": rows, **boot, "n_fit": int(split.fit_labels.shape[0]), "n_eval": int(y.shape[0]),
