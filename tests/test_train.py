@@ -703,3 +703,33 @@ def test_selective_released_histogram_is_cleared_by_the_trainer_hook():
     hooks.on_epoch_start(1)
     assert float(m(x2, t2)) == float(L.selective_risk_loss(x2, t2, variant="released", coverage=0.5))
     assert not m.state_dict()  # nothing to checkpoint
+
+
+def test_cpu_evaluates_a_cnn_channels_last_but_trains_it_contiguous():
+    # "auto" on the CPU: the training trajectory is the contiguous layout's to the bit (the
+    # layouts round differently, and a trajectory can end elsewhere), the evaluation passes run
+    # channels-last and give the same logits up to float32 rounding
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(96, 1, 28, 28, generator=g), torch.randint(0, 10, (96,), generator=g)
+    data = torch.utils.data.TensorDataset(x, y)
+
+    def run(layout):
+        loader = torch.utils.data.DataLoader(data, batch_size=32, shuffle=True,
+                                             generator=torch.Generator().manual_seed(1))
+        settings = TrainSettings(epochs=2, optimizer="sgd", lr=0.05, lr_schedule="constant",
+                                 device="cpu", channels_last=layout, seed=0)
+        trainer = Trainer(make_model("cnn", 10, 1, seed=0), nn.CrossEntropyLoss(), settings, progress=False)
+        result = trainer.fit(loader, val_loader=torch.utils.data.DataLoader(data, batch_size=64))
+        return trainer, result
+
+    auto, res_auto = run("auto")
+    plain, res_plain = run(False)
+    assert (auto.channels_last, auto.eval_channels_last) == (False, True)
+    assert (plain.channels_last, plain.eval_channels_last) == (False, False)
+    assert [r["train_loss"] for r in res_auto.history] == [r["train_loss"] for r in res_plain.history]
+    for (name, a), b in zip(auto.model.state_dict().items(), plain.model.state_dict().values()):
+        assert torch.equal(a, b), name
+        assert a.is_contiguous(), name  # converted back after every evaluation pass
+    assert torch.allclose(res_auto.val_logits, res_plain.val_logits, atol=1e-5)
+    mlp = Trainer(make_model("mlp", 3, 2, seed=0), nn.CrossEntropyLoss(), TrainSettings(epochs=1, device="cpu"))
+    assert not mlp.eval_channels_last  # no convolution: nothing to gain

@@ -212,9 +212,8 @@ SMOKE_TRAIN = {"epochs": 1, "train_subset": 256, "eval_subset": 256, "batch_size
 SMOKE_POSTHOC = {"fts_temperatures": 50}
 SMOKE_PAIR = (TABLE1_LOSSES[0], TABLE1_LOSSES[2])  # cross-entropy, focal (gamma=3)
 
-# Fashion-MNIST on 2 CPU cores (the cpu profile's cost per role, measured: README, "What the
-# profiles cost"): the papers'
-# CIFAR schedule (train.SCHEDULES["paper_cifar"]: SGD, momentum 0.9, weight decay 5e-4, learning
+# Fashion-MNIST on 2 CPU cores (the cpu profile's cost: README, "What the profiles cost"): the
+# papers' CIFAR schedule (train.SCHEDULES["paper_cifar"]: SGD, momentum 0.9, weight decay 5e-4, learning
 # rate / 10 at 150/350 and 250/350 of the epochs) compressed to 18 epochs, on 4 000 training
 # images with mini-batches of 32 (more steps per epoch). Cross-entropy then fits its training set
 # almost perfectly and overfits the test NLL while the test error still falls (Mukhoti et al.

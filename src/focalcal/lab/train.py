@@ -30,22 +30,15 @@ give other callables. An ``nn.Module`` loss is moved to the device and its ``sta
 
 Schedules
 ---------
-:data:`PAPER_SCHEDULE` is the CIFAR profile of Mukhoti et al. (2020, Sec. 3 and App. D) that
-Komisarenko & Kull (2024) reuse: SGD, momentum 0.9, weight decay 5e-4, 350 epochs, learning rate
-0.1, 0.01 from epoch 150, 0.001 from epoch 250 (batch size 128, set on the loader).
-:data:`SCHEDULES` holds it and the other papers' profiles plus cheap CPU profiles; pass one as
-``TrainSettings(**SCHEDULES[name])`` or ``train(..., **SCHEDULES[name])``.
+:data:`SCHEDULES` holds the papers' profiles (:data:`PAPER_SCHEDULE`: Mukhoti et al.'s CIFAR one,
+which Komisarenko & Kull reuse) and cheap CPU ones: ``TrainSettings(**SCHEDULES[name])``.
 
 Files in ``out_dir``
 --------------------
-``checkpoint.pt`` (model, optimiser, scheduler, every RNG state incl. the loader's generator, loss
-state, history), ``history.json`` (``{"grad_norm_edges": [...], "records": [...]}``, rewritten
-every epoch), and at the end ``logits.pt`` (``val_logits``, ``val_labels``, ``test_logits``,
-``test_labels``; float32 / int64) and ``config.json`` (the caller's ``config``, the trainer's
-settings, model, loss, data sizes, the loader's workers and pinned memory when used, the
-``hardware``: device, its name and the median training throughput in images/s, and versions);
-``logits_epoch_<n>.pt`` after each epoch ``n`` of
-``TrainSettings.logits_epochs`` (the same keys, for the model of that epoch).
+``checkpoint.pt`` (every state a resume needs), ``history.json`` (the per-epoch records), and at
+the end ``logits.pt`` (validation and test logits and labels), ``logits_epoch_<n>.pt`` for
+``TrainSettings.logits_epochs`` and ``config.json`` (the caller's ``config``, the trainer's
+settings, model, loss, data sizes, loader, ``hardware`` with the median throughput, versions).
 """
 
 from __future__ import annotations
@@ -187,9 +180,10 @@ class TrainSettings:
         bfloat16 autocast for the forward pass; ``"auto"``: on CUDA with bf16 support only. The loss
         always sees float32 logits.
     channels_last : bool or "auto"
-        Channels-last layout of the model and its 4-D inputs. ``"auto"``: on CUDA, and on the CPU
-        for a model with a 2-D convolution (faster there, see ``bench/bench_train.py``; the logits
-        differ from the contiguous layout's by float32 rounding).
+        Channels-last layout of the model and its 4-D inputs; ``"auto"``: on CUDA. On the CPU it
+        trains contiguous (the layouts round differently: one cpu-profile seed failed to train in
+        channels-last) but evaluates a model with a 2-D convolution in channels-last, about 2x
+        faster (``bench/bench_train.py``; logits equal up to float32 rounding).
     deterministic : bool
         On CUDA: deterministic algorithms and no cuDNN autotuning (slower). CPU runs are
         reproducible either way.
@@ -444,8 +438,9 @@ class Trainer:
         self.amp = (cuda and torch.cuda.is_bf16_supported()) if s.amp == "auto" else bool(s.amp)
         if self.amp and not cuda:
             raise ValueError("amp=True needs a CUDA device (bfloat16 autocast is used on GPU only)")
-        self.channels_last = ((cuda or any(isinstance(m, nn.Conv2d) for m in model.modules()))
-                              if s.channels_last == "auto" else bool(s.channels_last))
+        self.channels_last = cuda if s.channels_last == "auto" else bool(s.channels_last)
+        self.eval_channels_last = self.channels_last or (
+            s.channels_last == "auto" and any(isinstance(m, nn.Conv2d) for m in model.modules()))
 
     def recorded_settings(self) -> dict[str, Any]:
         """The settings as ``config.json`` and the checkpoint record them (device resolved)."""
@@ -527,9 +522,8 @@ class Trainer:
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)
         # the compiled module shares the eager one's parameters and hooks (the feature hook is
-        # registered before its first call, so it is traced into the graph); state_dict, the
-        # checkpoints and evaluation stay on the eager module, so a compiled run's files are those
-        # of an eager run
+        # registered before its first call, so it is traced); state_dict, checkpoints and
+        # evaluation stay on the eager module, so a compiled run's files are an eager run's
         self.forward = torch.compile(self.model) if s.compile else self.model
         if isinstance(self.loss_fn, nn.Module):
             self.loss_fn.to(dev)
@@ -676,8 +670,14 @@ class Trainer:
 
     def _evaluate(self, loader: Iterable, limit: int | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-        return evaluate(self.model, loader, device=self.device, amp=self.amp,
-                        channels_last=self.channels_last, limit=limit)
+        switch = self.eval_channels_last and not self.channels_last
+        # a permutation of the weights: converted back, training goes on from the same bits
+        self.model.to(memory_format=torch.channels_last if switch else torch.preserve_format)
+        try:
+            return evaluate(self.model, loader, device=self.device, amp=self.amp,
+                            channels_last=self.eval_channels_last, limit=limit)
+        finally:
+            self.model.to(memory_format=torch.contiguous_format if switch else torch.preserve_format)
 
     def _record(self, epoch: int, lr_now: float, done: _Epoch) -> dict[str, Any]:
         """The epoch's record (:mod:`focalcal.lab.records`); calls ``on_epoch_end``."""
