@@ -16,9 +16,9 @@ defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templa
 2. ``posthoc_calibration``: fits the post-hoc calibrators on the validation logits and writes one
    row per calibration method into ``calibration.json``.
 
-Both run in one kernel, its namespace emptied between them (IPython's reset): the second template sees
-nothing of the first but finds torch and the library already imported, which saves every run a
-kernel start and about 2 s of imports.
+Both run in one kernel, its namespace emptied between them (IPython's reset): the second template
+sees nothing of the first but finds torch and the library already imported, which saves every run
+a kernel start and about 2 s of imports.
 
 ``--profile`` defaults to ``cpu`` and ``DIR`` to ``runs/<profile>`` under the working directory;
 ``--only`` runs the runs whose id matches an ``fnmatch`` pattern, ``--list`` shows each run and
