@@ -705,10 +705,9 @@ def test_selective_released_histogram_is_cleared_by_the_trainer_hook():
     assert not m.state_dict()  # nothing to checkpoint
 
 
-def test_cpu_evaluates_a_cnn_channels_last_but_trains_it_contiguous():
-    # "auto" on the CPU: the training trajectory is the contiguous layout's to the bit (the
-    # layouts round differently, and a trajectory can end elsewhere), the evaluation passes run
-    # channels-last and give the same logits up to float32 rounding
+def test_cpu_trains_a_cnn_channels_last_and_an_mlp_contiguous():
+    # "auto" on the CPU: a model with a 2-D convolution trains and evaluates channels-last (faster
+    # there); the logits equal the contiguous layout's up to float32 rounding over a short run
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(96, 1, 28, 28, generator=g), torch.randint(0, 10, (96,), generator=g)
     data = torch.utils.data.TensorDataset(x, y)
@@ -724,12 +723,11 @@ def test_cpu_evaluates_a_cnn_channels_last_but_trains_it_contiguous():
 
     auto, res_auto = run("auto")
     plain, res_plain = run(False)
-    assert (auto.channels_last, auto.eval_channels_last) == (False, True)
-    assert (plain.channels_last, plain.eval_channels_last) == (False, False)
-    assert [r["train_loss"] for r in res_auto.history] == [r["train_loss"] for r in res_plain.history]
-    for (name, a), b in zip(auto.model.state_dict().items(), plain.model.state_dict().values()):
-        assert torch.equal(a, b), name
-        assert a.is_contiguous(), name  # converted back after every evaluation pass
-    assert torch.allclose(res_auto.val_logits, res_plain.val_logits, atol=1e-5)
+    assert auto.channels_last and not plain.channels_last
+    conv = [m for m in auto.model.modules() if isinstance(m, nn.Conv2d)][-1].weight  # in_channels > 1
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert torch.allclose(res_auto.val_logits, res_plain.val_logits, atol=1e-4)
+    assert np.allclose([r["train_loss"] for r in res_auto.history],
+                       [r["train_loss"] for r in res_plain.history], rtol=1e-5)
     mlp = Trainer(make_model("mlp", 3, 2, seed=0), nn.CrossEntropyLoss(), TrainSettings(epochs=1, device="cpu"))
-    assert not mlp.eval_channels_last  # no convolution: nothing to gain
+    assert not mlp.channels_last  # no convolution: nothing to gain

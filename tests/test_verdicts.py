@@ -152,6 +152,17 @@ def test_untrained_flags_a_network_near_chance():
         vd.untrained(acc, 10, fraction=1.0)
 
 
+def test_untrained_judges_every_network_not_a_mean_over_seeds():
+    # KDE-XE's mean (0.61) clears the bar (0.1 + 0.5 * (0.88 - 0.1) = 0.49), its seed 1 does not
+    per_seed = {"CE": [0.88, 0.87, 0.89], "KDE-XE": [0.85, 0.104, 0.87], "FL-3": [0.86, 0.87, 0.88]}
+    assert vd.untrained(per_seed, 10) == ["KDE-XE"]
+    assert vd.untrained({k: float(np.mean(v)) for k, v in per_seed.items()}, 10) == []
+    assert vd.untrained({"CE": [0.88], "one": 0.80}, 10) == []  # a number is one network
+    for bad in ({"CE": []}, {"CE": [0.9, 1.2]}, {"CE": [0.9, float("nan")]}):
+        with pytest.raises(ValueError, match="accuracy"):
+            vd.untrained(bad, 10)
+
+
 def test_gate_computes_no_verdict_for_a_network_that_did_not_train():
     def never():
         raise AssertionError("a calibration verdict was computed for a network that did not train")

@@ -268,8 +268,8 @@ def compare_seeds(values, column: str, lower: str, higher: str) -> dict[str, Any
 
 def failed_losses(table, n_classes: int, *, fraction: float = TRAINED_FRACTION) -> list[str]:
     """The losses of ``table`` (:func:`protocol_table`: ``loss_label``, ``error``) whose networks
-    did not train: :func:`focalcal_book.verdicts.untrained` on the mean test accuracy over seeds."""
-    accuracy = (1.0 - table.groupby("loss_label", sort=False)["error"].mean()).to_dict()
+    did not train: :func:`focalcal_book.verdicts.untrained` on each seed's test accuracy."""
+    accuracy = (1.0 - table["error"]).groupby(table["loss_label"], sort=False).apply(list).to_dict()
     return untrained(accuracy, n_classes, fraction=fraction)
 
 

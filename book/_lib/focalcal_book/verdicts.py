@@ -48,8 +48,9 @@ NOT_TRAINED = "not tested: the network did not train"
 #: the build lacks the runs the claim needs
 NOT_RUN = "not run in this build"
 VERDICTS: tuple[str, ...] = (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, PARTLY_TESTED, NOT_TRAINED, NOT_RUN)
-#: the failed-experiment rule's threshold (the book's choice): a loss trained when its mean test
-#: accuracy covers at least this fraction of the way from chance (1/K) to the best loss of its setting
+#: the failed-experiment rule's threshold (the book's choice): a loss trained when each of its
+#: networks' test accuracies covers at least this fraction of the way from chance (1/K) to the best
+#: loss of its setting (its mean over seeds)
 TRAINED_FRACTION = 0.5
 
 
@@ -204,35 +205,38 @@ def untested(parts: Mapping[str, str]) -> list[str]:
     return [name for name, v in parts.items() if v in (NOT_RUN, NOT_TRAINED, PARTLY_TESTED)]
 
 
-def untrained(accuracy: Mapping[str, float], n_classes: int, *,
+def untrained(accuracy: Mapping[str, float | Sequence[float]], n_classes: int, *,
               fraction: float = TRAINED_FRACTION) -> list[str]:
-    """The failed-experiment rule: the losses (name -> mean test accuracy in [0, 1], one setting)
-    whose networks did not train.
+    """The failed-experiment rule: the losses whose networks did not train.
 
-    A loss did not train when its accuracy falls short of ``1/K + fraction * (best - 1/K)``, the
-    point ``fraction`` of the way from chance to the best loss of the same setting (the book's
-    rule; ``fraction`` is :data:`TRAINED_FRACTION`, one half). A near-uniform network can score a
-    low ECE, so no calibration or selective-risk verdict is computed for such a loss: pages pass
-    its comparisons through :func:`gate`.
+    ``accuracy`` maps each loss of one setting to the test accuracies in [0, 1] of its networks
+    (one per seed; a single number is one network). The bar is ``1/K + fraction * (best - 1/K)``,
+    the point ``fraction`` of the way from chance to the best loss's mean accuracy (the book's
+    rule; ``fraction`` is :data:`TRAINED_FRACTION`, one half). A loss did not train when *one* of
+    its networks falls short of the bar: a near-uniform network can score a low ECE, and a mean
+    over seeds would hide a dead seed among trained ones, so no calibration or selective-risk
+    verdict is computed for such a loss (pages pass its comparisons through :func:`gate`).
 
     Raises
     ------
     ValueError
-        ``accuracy`` is empty or holds a value outside [0, 1], ``n_classes < 2`` or ``fraction``
-        outside (0, 1).
+        ``accuracy`` is empty, maps a loss to no value or holds a value outside [0, 1],
+        ``n_classes < 2`` or ``fraction`` outside (0, 1).
     """
     if not accuracy:
-        raise ValueError("accuracy must map at least one loss to its test accuracy")
-    acc = {k: float(v) for k, v in accuracy.items()}
-    if any(not 0.0 <= v <= 1.0 for v in acc.values()):
-        raise ValueError(f"accuracy must hold values in [0, 1] (fractions, not percent); got {acc}")
+        raise ValueError("accuracy must map at least one loss to its test accuracies")
+    acc = {k: np.atleast_1d(np.asarray(v, dtype=float)).ravel() for k, v in accuracy.items()}
+    if any(v.size == 0 or not np.all((v >= 0.0) & (v <= 1.0)) for v in acc.values()):
+        shown = {k: v.tolist() for k, v in acc.items()}
+        raise ValueError("accuracy must map every loss to values in [0, 1] (fractions, not percent); "
+                         f"got {shown}")
     if int(n_classes) < 2:
         raise ValueError(f"n_classes must be at least 2, got {n_classes}")
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
     chance = 1.0 / int(n_classes)
-    bar = chance + fraction * (max(acc.values()) - chance)
-    return [k for k, v in acc.items() if v < bar]
+    bar = chance + fraction * (max(float(v.mean()) for v in acc.values()) - chance)
+    return [k for k, v in acc.items() if float(v.min()) < bar]
 
 
 def gate(losses: Sequence[str], failed: Sequence[str], verdict: Callable[[], str]) -> str:

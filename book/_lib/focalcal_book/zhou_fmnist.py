@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from focalcal.lab import sweep
-from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, combine,
+from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, TRAINED_FRACTION, combine,
                                     compare_ranges, gate, majority, paired, spread_text, untrained)
 
 __all__ = ["ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "TARGETS", "BASELINES", "DUAL",
@@ -439,10 +439,11 @@ def aurc_claim(table: pd.DataFrame, scores: Mapping[str, str], *, prefix: str = 
 # the claims as Zhou et al. wrote them, per variant of their loss, behind the failed-experiment rule
 # --------------------------------------------------------------------------------------------
 
-def failed_losses(table: pd.DataFrame, n_classes: int) -> list[str]:
+def failed_losses(table: pd.DataFrame, n_classes: int, *, fraction: float = TRAINED_FRACTION) -> list[str]:
     """The losses of ``table`` (:func:`per_seed`) whose networks did not train:
-    :func:`focalcal_book.verdicts.untrained` on the mean test accuracy over seeds."""
-    return untrained(table.groupby("loss_label", sort=False)["accuracy"].mean().to_dict(), n_classes)
+    :func:`focalcal_book.verdicts.untrained` on each seed's test accuracy."""
+    return untrained(table.groupby("loss_label", sort=False)["accuracy"].apply(list).to_dict(), n_classes,
+                     fraction=fraction)
 
 
 def versus_baselines(table: pd.DataFrame, target: str, failed: Sequence[str] = ()) -> pd.DataFrame:

@@ -180,10 +180,11 @@ class TrainSettings:
         bfloat16 autocast for the forward pass; ``"auto"``: on CUDA with bf16 support only. The loss
         always sees float32 logits.
     channels_last : bool or "auto"
-        Channels-last layout of the model and its 4-D inputs; ``"auto"``: on CUDA. On the CPU it
-        trains contiguous (the layouts round differently: one cpu-profile seed failed to train in
-        channels-last) but evaluates a model with a 2-D convolution in channels-last, about 2x
-        faster (``bench/bench_train.py``; logits equal up to float32 rounding).
+        Channels-last layout of the model and its 4-D inputs. ``"auto"``: on CUDA, and on the CPU
+        for a model with a 2-D convolution (training about 1.3x and evaluation about 2x faster
+        there, ``bench/bench_train.py``). The layouts round differently, so a trajectory differs
+        from the contiguous one's at float32 rounding and can end elsewhere on a loss at the edge
+        of divergence.
     deterministic : bool
         On CUDA: deterministic algorithms and no cuDNN autotuning (slower). CPU runs are
         reproducible either way.
@@ -438,9 +439,8 @@ class Trainer:
         self.amp = (cuda and torch.cuda.is_bf16_supported()) if s.amp == "auto" else bool(s.amp)
         if self.amp and not cuda:
             raise ValueError("amp=True needs a CUDA device (bfloat16 autocast is used on GPU only)")
-        self.channels_last = cuda if s.channels_last == "auto" else bool(s.channels_last)
-        self.eval_channels_last = self.channels_last or (
-            s.channels_last == "auto" and any(isinstance(m, nn.Conv2d) for m in model.modules()))
+        self.channels_last = ((cuda or any(isinstance(m, nn.Conv2d) for m in model.modules()))
+                              if s.channels_last == "auto" else bool(s.channels_last))
 
     def recorded_settings(self) -> dict[str, Any]:
         """The settings as ``config.json`` and the checkpoint record them (device resolved)."""
@@ -670,14 +670,8 @@ class Trainer:
 
     def _evaluate(self, loader: Iterable, limit: int | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-        switch = self.eval_channels_last and not self.channels_last
-        # a permutation of the weights: converted back, training goes on from the same bits
-        self.model.to(memory_format=torch.channels_last if switch else torch.preserve_format)
-        try:
-            return evaluate(self.model, loader, device=self.device, amp=self.amp,
-                            channels_last=self.eval_channels_last, limit=limit)
-        finally:
-            self.model.to(memory_format=torch.contiguous_format if switch else torch.preserve_format)
+        return evaluate(self.model, loader, device=self.device, amp=self.amp,
+                        channels_last=self.channels_last, limit=limit)
 
     def _record(self, epoch: int, lr_now: float, done: _Epoch) -> dict[str, Any]:
         """The epoch's record (:mod:`focalcal.lab.records`); calls ``on_epoch_end``."""
