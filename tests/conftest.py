@@ -126,7 +126,7 @@ def write_cifar(root: Path, name: str, n_train: int = 400, n_test: int = 64, see
 
 @pytest.fixture(scope="session")
 def gpu_shrunk_runs() -> Path:
-    """The gpu profile shrunk (``sweep.shrink``: 1 epoch, a few batches, the pages' losses) and run
+    """The gpu profile shrunk (``profiles.shrink``: 1 epoch, a few batches, the pages' losses) and run
     on this machine's CPU on CIFAR-10 and CIFAR-100 data written in torchvision's layout; returns
     its folder (``runs/<run>/...`` and ``results.csv``, as the cpu profile's), cached per version of
     the code like :func:`smoke_runs` (``_build/test/runs-gpu-shrunk-<code_key()>``)."""

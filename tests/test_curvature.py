@@ -182,19 +182,18 @@ def test_hessian_trace_loss_takes_labels():
     torch.testing.assert_close(out, L.cross_entropy_loss(net(x), y))
 
 
-def test_model_params_flow_from_a_block_to_make_model_and_keep_other_run_ids():
-    from focalcal.lab import sweep
+def test_model_params_flow_from_a_block_to_make_model_and_into_the_run_id():
+    from focalcal.lab import spec
     from focalcal.lab.models import count_parameters, make_model
 
-    base = sweep.Block(["fashion_mnist"], ["mlp"], [sweep.loss("ce")], [0], train={"epochs": 1})
-    sized = sweep.Block(["fashion_mnist"], ["mlp"], [sweep.loss("ce")], [0], train={"epochs": 1},
+    base = spec.Block(["fashion_mnist"], ["mlp"], [spec.loss("ce")], [0], train={"epochs": 1})
+    sized = spec.Block(["fashion_mnist"], ["mlp"], [spec.loss("ce")], [0], train={"epochs": 1},
                         model_params={"in_features": 784, "hidden": [16]})
     plain, wide = base.expand()[0], sized.expand()[0]
-    # no model_params: the spec (and so the run id) is what it was before the field existed
-    assert "model_params" not in plain.to_dict() and "model_params" not in plain.train_parameters(".")
-    assert sweep.RunSpec.from_dict(plain.to_dict()).run_id == plain.run_id
+    assert plain.to_dict()["model_params"] == {} and plain.train_parameters(".")["model_params"] == "{}"
+    assert spec.RunSpec.from_dict(plain.to_dict()).run_id == plain.run_id
     assert wide.run_id != plain.run_id
-    assert sweep.RunSpec.from_dict(wide.to_dict()).to_dict() == wide.to_dict()
+    assert spec.RunSpec.from_dict(wide.to_dict()).to_dict() == wide.to_dict()
     kw = json.loads(wide.train_parameters(".")["model_params"])
     net = make_model("mlp", 10, 1, seed=0, **kw)
     assert count_parameters(net) == 784 * 16 + 16 + 16 * 10 + 10

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, sweep
 
 
 def test_profile_defaults_to_cpu(tmp_path, capsys, monkeypatch):
@@ -14,7 +14,7 @@ def test_profile_defaults_to_cpu(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert sweep.main(["--list"]) == 0
     ids = [line.split()[-1] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert ids == [r.run_id for r in sweep.get_profile("cpu").expand()]
+    assert ids == [r.run_id for r in profiles.get_profile("cpu").expand()]
 
 
 @pytest.mark.parametrize("profile, shrunk", [("smoke", False), ("cpu", False), ("gpu", True),
@@ -22,7 +22,7 @@ def test_profile_defaults_to_cpu(tmp_path, capsys, monkeypatch):
 def test_list_rows_tell_the_runs_apart(tmp_path, profile, shrunk):
     """No two rows of ``--list`` read the same but for the run id, and each loss has one label
     across the roles (the profiles' display labels differ: 'focal (gamma=3)', 'focal-3', ...)."""
-    p = sweep.get_profile(profile, shrunk=shrunk)
+    p = profiles.get_profile(profile, shrunk=shrunk)
     runs = p.expand()
     header, *rows = sweep.list_table(runs, tmp_path, p.roles())
     assert header[:6] == ("status", "role", "dataset", "network", "loss", "seed")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, runfolder
 from focalcal.lab.records import GRAD_NORM_EDGES, prediction_stats
 from focalcal_book import mukhoti_fmnist as mf
 from focalcal_book import verdicts as vd
@@ -21,13 +21,13 @@ matplotlib.use("Agg")
 
 
 def test_losses_come_from_the_sweep():
-    labels = [lo.display for lo in sweep.FMNIST_LOSSES]
+    labels = [lo.display for lo in profiles.FMNIST_LOSSES]
     assert set(mf.LOSSES) <= set(labels) and len(set(mf.LOSSES)) == len(mf.LOSSES)
     assert mf.LOSSES[:4] == mf.TABLE1_COLUMNS[:4] and mf.FLSD53 in mf.LOSSES
-    assert mf.FIG3 == tuple(lo.display for lo in sweep.FIG3_LOSSES) and set(mf.FIG3) <= set(mf.LOSSES)
+    assert mf.FIG3 == tuple(lo.display for lo in profiles.FIG3_LOSSES) and set(mf.FIG3) <= set(mf.LOSSES)
     assert (mf.CE, mf.FL3) == (mf.FIG3[0], mf.FIG3[-1])
     # Zhou et al.'s and K&K's extra losses are not Mukhoti's
-    assert not {lo.display for lo in sweep.ZHOU_LOSSES + sweep.KK_EXTRA_LOSSES} & set(mf.LOSSES)
+    assert not {lo.display for lo in profiles.ZHOU_LOSSES + profiles.KK_EXTRA_LOSSES} & set(mf.LOSSES)
 
 
 def _results(labels_seeds):
@@ -180,7 +180,7 @@ def _run(tmp_path: Path, name: str, *, subset: int, epochs: int = 2, train_logit
     g = torch.Generator().manual_seed(len(name))
     d = tmp_path / "runs" / name
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"config": {"record_subset": subset}}))
+    runfolder.write_config(d, {"config": {"record_subset": subset}})
     blobs = {}
     for e in range(1, epochs + 1):
         blobs[e] = {f"{s}_{k}": v for s in ("val", "test", "train")

@@ -15,10 +15,10 @@ import nbformat
 import papermill as pm
 import pytest
 
-from focalcal.lab import results, sweep, template
+from focalcal.lab import profiles, results, runner, template
 from focalcal.lab.io import torch_load
 
-TEMPLATES = sweep.templates_dir()
+TEMPLATES = runner.templates_dir()
 HEADER = """---
 jupytext:
   text_representation:
@@ -39,7 +39,7 @@ def as_ipynb(name: str, dest) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("name", sweep.TEMPLATES)
+@pytest.mark.parametrize("name", runner.TEMPLATES)
 def test_template_structure(name):
     text = (TEMPLATES / f"{name}.md").read_text()
     assert text.startswith(HEADER)
@@ -57,15 +57,15 @@ def test_template_structure(name):
 def test_templates_take_every_parameter_the_sweep_passes(tmp_path):
     """Every profile's parameters are parameters of the templates (papermill would otherwise
     inject unknown names silently and the run would use the defaults)."""
-    declared = {name: set(pm.inspect_notebook(as_ipynb(name, tmp_path))) for name in sweep.TEMPLATES}
-    for profile in sweep.PROFILES:
-        for spec in sweep.get_profile(profile).expand():
+    declared = {name: set(pm.inspect_notebook(as_ipynb(name, tmp_path))) for name in runner.TEMPLATES}
+    for profile in profiles.PROFILES:
+        for spec in profiles.get_profile(profile).expand():
             assert set(spec.train_parameters(tmp_path)) <= declared["train_classifier"], (profile, spec)
             assert set(spec.posthoc_parameters(tmp_path)) <= declared["posthoc_calibration"], (profile, spec)
 
 
 def test_check_templates_reads_the_declared_parameters():
-    declared = sweep.check_templates(sweep.get_profile("cpu").expand())
+    declared = runner.check_templates(profiles.get_profile("cpu").expand())
     assert declared["train_classifier"][:3] == ["dataset", "model", "loss"]
     assert {"out_dir", "resume", "epochs"} <= set(declared["train_classifier"])
     assert declared["posthoc_calibration"] == ["run_dir", "fts_temperatures", "n_bins"]
@@ -96,7 +96,7 @@ def test_check_names_names_the_template_parameter():
 def test_reported_errors_put_the_cause_first(capsys):
     with pytest.raises(ValueError, match="epochs must be an integer >= 1") as err:
         with template.reported_errors():
-            sweep.train_settings("cpu_adam", epochs=-1)
+            template.train_settings("cpu_adam", epochs=-1)
     rendered = err.value._render_traceback_()
     assert rendered[0] == "ValueError: epochs must be an integer >= 1, got -1"
     assert rendered[1].startswith("(raised by check_int in ") and len(rendered) == 2
@@ -135,7 +135,7 @@ def test_run_folders_of_the_templates(tmp_path, monkeypatch):
 def test_templates_execute_with_defaults(tmp_path):
     """Both templates run top to bottom with their defaults: train into runs/<run id>/ of the
     working directory, then calibrate the run trained last there."""
-    for name in sweep.TEMPLATES:
+    for name in runner.TEMPLATES:
         pm.execute_notebook(as_ipynb(name, tmp_path), str(tmp_path / f"{name}.out.ipynb"),
                             kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -166,7 +166,7 @@ def test_smoke_sweep_runs_from_the_wheel_outside_the_checkout(lab_python, tmp_pa
     assert {r["method"] for r in rows} >= {"uncalibrated", "TS (NLL)", "focal TS (ECE)"}, rows
     log = (result.parent / "run.log").read_text()
     assert "epoch 1" in log, log[-2000:]
-    where = _run([lab_python, "-c", "import focalcal.lab.sweep as s; print(s.templates_dir())"], cwd=tmp_path).stdout
+    where = _run([lab_python, "-c", "import focalcal.lab.runner as r; print(r.templates_dir())"], cwd=tmp_path).stdout
     assert Path(where.strip()).is_relative_to(_site_packages(lab_python)), where
 
 

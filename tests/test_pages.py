@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, runfolder, sweep
 from focalcal.lab.data import DATASETS
 from focalcal.lab.models import MODEL_TITLES, MODELS
 from focalcal.lab.results import runs_for
@@ -16,10 +15,10 @@ from focalcal_book.pages import other_settings, run_setting
 def _write(tmp_path, run, dataset, model):
     d = tmp_path / "runs" / run
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({
+    runfolder.write_config(d, {
         "config": {"dataset": dataset, "model": model, "train_subset": 0, "batch_size": 128},
         "trainer": {"optimizer": "sgd", "lr": 0.1}, "model": {"class": "X", "parameters": 36_500_000},
-        "data": {"train": 45_000, "val": 5_000, "test": 10_000}}))
+        "data": {"train": 45_000, "val": 5_000, "test": 10_000}})
 
 
 def test_run_setting_reads_the_runs_own_config(tmp_path):
@@ -41,7 +40,7 @@ def test_every_dataset_and_network_has_a_prose_name():
 
 def test_other_settings_names_what_a_page_leaves_out(tmp_path):
     sweep.write_profile(tmp_path, "gpu", shrunk=True)
-    profile = sweep.get_profile("gpu", shrunk=True)
+    profile = profiles.get_profile("gpu", shrunk=True)
     table = pd.DataFrame([{"run": r.run_id, "dataset": r.dataset, "model": r.model}
                           for role in ("comparison", "length") for r in profile.runs_of(role)])
     shown = runs_for(tmp_path, "comparison", table, setting="first")

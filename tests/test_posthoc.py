@@ -491,17 +491,19 @@ def test_set_params_validates_and_returns_self():
         PsiCorrection(1.0).set_params(gamma=-1.0)
 
 
-def test_state_saved_with_the_old_gamma_name_loads_as_gamma_ev():
+def test_a_state_with_attributes_the_calibrator_does_not_fit_is_refused():
     z, y = _calibrated_problem(0)
     fts = FocalTemperatureScaling(temperatures=np.arange(1, 101) / 20).fit(3 * z, y)
     state = fts.state_dict()
-    extra = dict(state["_extra_state"])
-    extra["gamma_"] = extra.pop("gamma_ev_")
-    state["_extra_state"] = extra
     fresh = FocalTemperatureScaling(temperatures=np.arange(1, 101) / 20)
     fresh.load_state_dict(state)
     assert fresh.gamma_ev_ == fts.gamma_ev_
     torch.testing.assert_close(fresh.predict_proba(z), fts.predict_proba(z))
+    extra = dict(state["_extra_state"])
+    extra["gamma_"] = extra.pop("gamma_ev_")  # the name an early version used
+    state["_extra_state"] = extra
+    with pytest.raises(ValueError, match=r"state names .*gamma_"):
+        FocalTemperatureScaling().load_state_dict(state)
 
 
 # ------------------------------------------------------------ warnings for probable misuse ---

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, runfolder, spec, sweep, template
 from focalcal.lab.data.loaders import MAX_AUTO_WORKERS, resolve_num_workers
 from focalcal.lab.train import Trainer, TrainSettings, train
 
@@ -26,7 +26,7 @@ RUN_FILES = {"spec.json", "train_classifier.ipynb", "posthoc_calibration.ipynb",
 # ---------------------------------------------------------------------------------- profiles ---
 
 def test_gpu_profile_is_the_papers_networks_on_cifar_with_one_seed():
-    runs = sweep.PROFILES["gpu"].expand()
+    runs = profiles.PROFILES["gpu"].expand()
     nets = [r for r in runs if r.model != "mlp"]
     assert {r.dataset for r in nets} == {"cifar10", "cifar100"}
     assert {r.model for r in nets} == {"resnet50", "wide_resnet26_10"}
@@ -34,28 +34,28 @@ def test_gpu_profile_is_the_papers_networks_on_cifar_with_one_seed():
     # every loss of the cpu profile's Fashion-MNIST comparison, on CIFAR-10 ResNet-50 (FLSc-531's
     # gamma steps rescaled to the schedule)
     c10 = {r.loss.display for r in nets if (r.dataset, r.model) == ("cifar10", "resnet50")}
-    assert {lo.display for lo in sweep.FMNIST_LOSSES} <= c10
+    assert {lo.display for lo in profiles.FMNIST_LOSSES} <= c10
     main = [r for r in nets if dict(r.train)["epochs"] == 60]
-    settings = sweep.train_settings(dict(main[0].train)["schedule"], epochs=60)
+    settings = template.train_settings(dict(main[0].train)["schedule"], epochs=60)
     assert settings["milestones"] == (26, 43)  # the papers' drops at 150/350 and 250/350
 
 
 def test_paper_profile_is_the_full_grid():
-    runs = sweep.PROFILES["paper"].expand()
+    runs = profiles.PROFILES["paper"].expand()
     cifar = [r for r in runs if r.dataset.startswith("cifar") and r.model != "mlp"
              and dict(r.train)["epochs"] == 350]
     assert {r.model for r in cifar} == {"resnet50", "resnet110", "wide_resnet26_10", "densenet121"}
     assert {r.seed for r in cifar} == {0, 1, 2, 3, 4}
-    assert {r.loss.display for r in cifar} == {lo.display for lo in sweep.FMNIST_LOSSES + sweep.SELECTIVE_VARIANT_LOSSES}
+    assert {r.loss.display for r in cifar} == {lo.display for lo in profiles.FMNIST_LOSSES + profiles.SELECTIVE_VARIANT_LOSSES}
     assert any(r.dataset == "tiny_imagenet" for r in runs)
 
 
 def test_shrink_keeps_the_structure_and_the_pages_losses():
-    small = sweep.shrink(sweep.PROFILES["gpu"])
+    small = profiles.shrink(profiles.PROFILES["gpu"])
     runs = small.expand()
     assert len(runs) < 25
-    assert {(r.dataset, r.model) for r in runs} == {(r.dataset, r.model) for r in sweep.PROFILES["gpu"].expand()
-                                                   if r.loss in sweep.page_losses()}
+    assert {(r.dataset, r.model) for r in runs} == {(r.dataset, r.model) for r in profiles.PROFILES["gpu"].expand()
+                                                   if r.loss in profiles.page_losses()}
     for r in runs:
         t = dict(r.train)
         assert t["epochs"] == 1 and t["eval_subset"] == 32 and r.seed == 0
@@ -66,45 +66,45 @@ def test_shrink_keeps_the_structure_and_the_pages_losses():
     psi = {dict(r.train)["train_subset"] for r in runs if dict(r.model_params).get("hidden") == [512, 512]}
     assert psi == {32, 16}
     with pytest.raises(ValueError, match="batch_size"):
-        sweep.shrink(sweep.PROFILES["gpu"], batch_size=0)
+        profiles.shrink(profiles.PROFILES["gpu"], batch_size=0)
 
 
 def test_shrink_from_the_command_line(capsys, tmp_path):
     assert sweep.main(["--profile", "gpu", "--shrink", "--list", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "cifar100" in out and "wide_resnet26_10" in out and out.count("pending") == len(
-        sweep.shrink(sweep.PROFILES["gpu"]).expand())
-    assert sweep.default_out("gpu", shrunk=True) == Path("runs", "gpu-shrunk")
+        profiles.shrink(profiles.PROFILES["gpu"]).expand())
+    assert runfolder.default_out("gpu", shrunk=True) == Path("runs", "gpu-shrunk")
 
 
 def test_every_profile_has_a_block_for_every_page():
     # the same book from any profile: each has runs of every role, each run one role, and a
     # shrunk profile keeps them
     for name in ("smoke", "cpu", "gpu", "paper"):
-        profile = sweep.PROFILES[name]
+        profile = profiles.PROFILES[name]
         roles = profile.roles()
-        assert set(roles) == set(sweep.ROLES), name
+        assert set(roles) == set(spec.ROLES), name
         assert sum(map(len, roles.values())) == len(profile.expand()), name
         if name in ("gpu", "paper"):  # the profiles that shrink() is for
-            assert set(sweep.shrink(profile).roles()) == set(sweep.ROLES), name
+            assert set(profiles.shrink(profile).roles()) == set(spec.ROLES), name
     # the page's main setting (runs_for's setting="first") is listed first: CIFAR-10 on ResNet-50
-    first = sweep.PROFILES["gpu"].runs_of("comparison")[0]
+    first = profiles.PROFILES["gpu"].runs_of("comparison")[0]
     assert (first.dataset, first.model) == ("cifar10", "resnet50")
     # a run is what it trains: the role is not part of its id
-    ce = [sweep.loss("ce")]
-    assert (sweep.Block(["cifar10"], ["resnet50"], ce, [0], role="length").expand()
-            == sweep.Block(["cifar10"], ["resnet50"], ce, [0]).expand())
+    ce = [spec.loss("ce")]
+    assert (spec.Block(["cifar10"], ["resnet50"], ce, [0], role="length").expand()
+            == spec.Block(["cifar10"], ["resnet50"], ce, [0]).expand())
     with pytest.raises(ValueError, match="role must be one of comparison, synthetic"):
-        sweep.Block(["cifar10"], ["resnet50"], ce, [0], role="table1")
+        spec.Block(["cifar10"], ["resnet50"], ce, [0], role="table1")
     with pytest.raises(ValueError, match="role must be one of"):
-        sweep.PROFILES["cpu"].runs_of("table1")
+        profiles.PROFILES["cpu"].runs_of("table1")
 
 
 @pytest.mark.notebooks
 def test_shrunk_gpu_profile_runs_on_the_cpu_in_the_cpu_profiles_format(gpu_shrunk_runs, smoke_runs):
     gpu = pd.read_csv(gpu_shrunk_runs / "results.csv")
     smoke = pd.read_csv(smoke_runs / "results.csv")  # the cpu profile's code path, at smoke size
-    expected = {r.run_id for r in sweep.shrink(sweep.PROFILES["gpu"]).expand()}
+    expected = {r.run_id for r in profiles.shrink(profiles.PROFILES["gpu"]).expand()}
     assert set(gpu["run"]) == expected
     assert {"cifar10", "cifar100"} <= set(gpu["dataset"])
     # the same columns (a loss parameter column exists where some run has that parameter)

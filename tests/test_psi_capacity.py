@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from focalcal.lab import results
+from focalcal.lab import profiles, results, runfolder, spec
 from focalcal.metrics import ece
 from focalcal.posthoc import PsiCorrection, TemperatureScaling
 from focalcal_book import psi_capacity as pc
@@ -120,10 +120,10 @@ def _write_run(out, name, *, hidden, n_train, loss, loss_params, seed, label=Non
     torch.save({"val_logits": z[:200].float(), "val_labels": y[:200], "test_logits": z[200:].float(),
                 "test_labels": y[200:]}, d / "logits.pt")
     mp = {"hidden": hidden, "in_features": 784}
-    (d / "config.json").write_text(json.dumps({
+    runfolder.write_config(d, {
         "config": {"dataset": "fashion_mnist", "model": "mlp", "loss": loss, "loss_params": json.dumps(loss_params),
                    "epochs": 2, "seed": seed, "train_subset": n_train, "model_params": json.dumps(mp)},
-        "data": {"train": n_train, "val": 200, "test": 200}}))
+        "data": {"train": n_train, "val": 200, "test": 200}})
     train = {"epochs": 2, "train_subset": n_train}
     (d / "spec.json").write_text(json.dumps({"train": train, "model_params": mp}))
     gamma = float(loss_params.get("gamma", 0.0)) if loss == "focal" else 0.0
@@ -172,11 +172,9 @@ def test_psi_runs_and_table(tmp_path):
 
 
 def test_profile_plan(monkeypatch):
-    from focalcal.lab import sweep
-
     cpu = pc.profile_plan("cpu")
-    assert cpu["gammas"] == list(sweep.PSI_GAMMAS) and cpu["ls_alpha"] == 0.1
-    assert cpu["runs"] == 3 * len(sweep.PSI_LOSSES) * cpu["seeds"] and len(cpu["settings"]) == 3
+    assert cpu["gammas"] == list(profiles.PSI_GAMMAS) and cpu["ls_alpha"] == 0.1
+    assert cpu["runs"] == 3 * len(profiles.PSI_LOSSES) * cpu["seeds"] and len(cpu["settings"]) == 3
     # the curvature chapter's MLPs (same network, focal labels, another role) are not counted
     assert all("64 MLP" not in s or "4,000" in s for s in cpu["settings"])
     assert pc.profile_plan("smoke")["ls_alpha"] is None
@@ -184,6 +182,6 @@ def test_profile_plan(monkeypatch):
     gpu = pc.profile_plan("gpu")
     assert gpu["settings"][0] == "3072-64-10 MLP, all images" and gpu["settings"][2].endswith("4,500 images")
     assert pc.profile_plan("gpu", shrunk=True)["epochs"] == 1
-    monkeypatch.setitem(sweep.PROFILES, "psi-less", sweep.Profile("no Psi runs", [sweep.SYNTHETIC_BLOCK]))
+    monkeypatch.setitem(profiles.PROFILES, "psi-less", spec.Profile("no Psi runs", [profiles.SYNTHETIC_BLOCK]))
     with pytest.raises(ValueError, match="profile 'psi-less' has no runs of the Psi chapter"):
         pc.profile_plan("psi-less")

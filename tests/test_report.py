@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from focalcal import metrics
-from focalcal.lab import results
+from focalcal.lab import results, runfolder
 from focalcal.lab.io import atomic_torch_save, atomic_write_json
 from focalcal.posthoc import KK_TEMPERATURES, PsiCorrection
 
@@ -181,7 +181,7 @@ def test_calibrate_bad_input():
 
 def write_run(d, *, history=True):
     z, y = overconfident_logits(120, seed=8)
-    atomic_write_json(d / "config.json", {"config": {"dataset": "gaussian_mixture", "model": "mlp",
+    runfolder.write_config(d, {"config": {"dataset": "gaussian_mixture", "model": "mlp",
                                                      "loss": "focal", "loss_params": '{"gamma": 1.0}',
                                                      "seed": 0}})
     atomic_torch_save({"val_logits": z[:60].float(), "val_labels": y[:60],
@@ -339,7 +339,7 @@ def test_figures_have_labels():
 
 def write_synthetic_run(d, log_probs, labels, rows, *, dataset="charoenphakdee_1d"):
     d.mkdir(parents=True)
-    atomic_write_json(d / "config.json", {"config": {
+    runfolder.write_config(d, {"config": {
         "dataset": dataset, "model": "mlp", "loss": "focal", "loss_params": '{"gamma": 3.0}', "seed": 0,
         "train_subset": 0, "eval_subset": 0}})
     atomic_torch_save({"val_logits": log_probs[:10].float(), "val_labels": labels[:10],

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from focalcal.lab import results, slurm, sweep
+from focalcal.lab import profiles, results, runfolder, slurm, spec, sweep
 from slurm_cluster import SlurmCluster, why_not_startable
 from test_sweep import TINY_TRAIN, processes_inside
 
@@ -34,7 +34,7 @@ def test_paper_profile_is_a_handful_of_array_submissions(capsys, tmp_path):
     assert sweep.main(["--profile", "paper", "--executor", "slurm", "--dry-run", "--out", str(tmp_path),
                        "--slurm-partition", "gpu", "--slurm-array-parallelism", "20"]) == 0
     head, *sbatch = capsys.readouterr().out.splitlines()
-    runs = sweep.get_profile("paper").expand()
+    runs = profiles.get_profile("paper").expand()
     n = len(runs)
     assert head == f"profile 'paper': {n} runs, 0 already done, {n} to run (slurm) -> {tmp_path}"
     assert n == 1019                        # two sbatch calls: SLURM's default MaxArraySize is 1 000
@@ -46,7 +46,7 @@ def test_paper_profile_is_a_handful_of_array_submissions(capsys, tmp_path):
     # finished runs are not submitted again: 1 018 pending runs, two arrays still
     done = tmp_path / "runs" / runs[0].run_id
     done.mkdir(parents=True)
-    (done / sweep.RESULT).write_text("{}")
+    runfolder.write_result(done, {})
     assert sweep.main(["--profile", "paper", "--executor", "slurm", "--dry-run", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"{n} runs, 1 already done, {n - 1} to run" in out and "1000 runs (--array=0-999%64)" in out
@@ -54,7 +54,7 @@ def test_paper_profile_is_a_handful_of_array_submissions(capsys, tmp_path):
 
 
 def test_arrays_hold_at_most_max_array_runs():
-    runs = (sweep.get_profile("paper").expand() * 3)[:2787]
+    runs = (profiles.get_profile("paper").expand() * 3)[:2787]
     chunks = slurm.arrays(runs)
     assert [len(c) for c in chunks] == [1000, 1000, 787] and sum(chunks, []) == runs
     lines = slurm.plan(runs, {"slurm_array_parallelism": 500, "timeout_min": 60})
@@ -184,8 +184,8 @@ def test_smoke_runs_on_slurm_as_locally(slurm_cluster, smoke_runs, tmp_path):
     assert not [line for line in script if "gpus" in line]
     # the same results as the local executor's (the smoke sweep of conftest): the sweep is deterministic
     for r in runs:
-        on_slurm = json.loads((out / "runs" / r.run_id / sweep.RESULT).read_text())
-        local = json.loads((smoke_runs / "runs" / r.run_id / sweep.RESULT).read_text())
+        on_slurm = json.loads((out / "runs" / r.run_id / "result.json").read_text())
+        local = json.loads((smoke_runs / "runs" / r.run_id / "result.json").read_text())
         assert on_slurm["spec"] == local["spec"] and on_slurm["rows"] == local["rows"], r.run_id
     table = pd.read_csv(out / "results.csv")
     assert len(table) == len(runs) * len(results.METHODS) and not table.duplicated(["run", "method"]).any()
@@ -198,9 +198,9 @@ def test_smoke_runs_on_slurm_as_locally(slurm_cluster, smoke_runs, tmp_path):
 SLOW_EPOCHS = 200  # long enough that both runs are still training when the test signals them (idle: ~20 s)
 
 
-def slow_profile() -> sweep.Profile:
+def slow_profile() -> spec.Profile:
     """Two runs long enough to be stopped while training (seeds 0 and 1)."""
-    return sweep.Profile("test", [sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("focal", gamma=2.0)],
+    return spec.Profile("test", [spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("focal", gamma=2.0)],
                                               [0, 1], train={**TINY_TRAIN, "epochs": SLOW_EPOCHS},
                                               posthoc={"fts_temperatures": 10})])
 
@@ -210,9 +210,9 @@ RUNNER = textwrap.dedent(f"""
     import sys
     sys.path.insert(0, {str(Path(__file__).parent)!r})
     from test_slurm import SLURM_ARGS, slow_profile
-    from focalcal.lab import sweep
+    from focalcal.lab import profiles, sweep
 
-    sweep.PROFILES["slow"] = slow_profile()
+    profiles.PROFILES["slow"] = slow_profile()
     sys.exit(sweep.main(["--profile", "slow", "--out", sys.argv[1], "--executor", "slurm", *SLURM_ARGS]))
 """)
 
@@ -269,7 +269,7 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
     nb = (requeued_dir / "train_classifier.ipynb").read_text()
     assert "resumed after" in nb and f"of {SLOW_EPOCHS} epochs" in nb
     # the cancelled run: stopped mid-training, no result
-    assert not (cancelled_dir / sweep.RESULT).exists()
+    assert not (cancelled_dir / "result.json").exists()
     assert 0 < len(epochs_in(cancelled_dir)) < SLOW_EPOCHS
     assert queue_drains(slurm_cluster)
     deadline = time.monotonic() + 60
@@ -277,13 +277,13 @@ def test_cancelled_and_requeued_runs_resume_from_their_checkpoints(slurm_cluster
         assert time.monotonic() < deadline, "processes of the cancelled job still running"
         time.sleep(0.2)
 
-    done = (requeued_dir / sweep.RESULT).stat()
+    done = (requeued_dir / "result.json").stat()
     rerun = subprocess.run([sys.executable, str(script), str(out)], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "2 runs, 1 already done, 1 to run" in rerun.stdout
     assert "sbatch 1: 1 run (one job (not an array))" in rerun.stdout
-    again = (requeued_dir / sweep.RESULT).stat()
+    again = (requeued_dir / "result.json").stat()
     assert (again.st_ino, again.st_mtime_ns) == (done.st_ino, done.st_mtime_ns)  # not executed again
     # nothing lost, nothing twice: every epoch once, from the checkpoint on
     assert epochs_in(cancelled_dir) == list(range(1, SLOW_EPOCHS + 1))

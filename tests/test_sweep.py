@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from focalcal.lab import results, sweep
+from focalcal.lab import profiles, results, runfolder, runner, spec, sweep, template
 from focalcal.lab.data import DATASETS
 from focalcal.losses import LOSSES
 from focalcal.lab.models import MODELS
@@ -31,62 +31,62 @@ LEFTOVERS = (".*.tmp", ".*.partial.ipynb", ".*.input.ipynb")
 # ------------------------------------------------------------------------------------ profiles ---
 
 def test_profiles_expand_to_unique_valid_runs():
-    for name, profile in sweep.PROFILES.items():
+    for name, profile in profiles.PROFILES.items():
         runs = profile.expand()
         ids = [r.run_id for r in runs]
         assert len(ids) == len(set(ids)), name
-        assert ids == [r.run_id for r in sweep.get_profile(name).expand()]  # deterministic
+        assert ids == [r.run_id for r in profiles.get_profile(name).expand()]  # deterministic
         for r in runs:
             assert r.dataset in DATASETS and r.model in MODELS and r.loss.name in LOSSES, r
             schedule = dict(r.train).get("schedule")
             assert schedule is None or schedule in SCHEDULES, r
-            assert sweep.RunSpec.from_dict(json.loads(json.dumps(r.to_dict()))) == r
-    assert {lo.name for lo in sweep.ALL_LOSSES} == set(LOSSES)
-    smoke = sweep.get_profile("smoke").expand()
+            assert spec.RunSpec.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    assert {lo.name for lo in profiles.ALL_LOSSES} == set(LOSSES)
+    smoke = profiles.get_profile("smoke").expand()
     assert {r.loss.name for r in smoke} == set(LOSSES)
     assert {r.dataset for r in smoke} == {"gaussian_mixture", "charoenphakdee_1d", "fashion_mnist"}
     # each loss once (the pair twice) plus the curvature, training-length and Psi chapters' runs
     # (Psi: three settings x two gammas): short
-    assert len(smoke) == (len(LOSSES) + len(sweep.SMOKE_PAIR) + len(sweep.SMOKE_CURVATURE_LOSSES)
-                          + len(sweep.SMOKE_LENGTH_LOSSES) + 3 * 2)
+    assert len(smoke) == (len(LOSSES) + len(profiles.SMOKE_PAIR) + len(profiles.SMOKE_CURVATURE_LOSSES)
+                          + len(profiles.SMOKE_LENGTH_LOSSES) + 3 * 2)
 
 
 def test_run_id_depends_on_every_setting():
-    base = sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 0, (("epochs", 1),))
+    base = spec.RunSpec("gaussian_mixture", "mlp", spec.loss("focal", gamma=1.0), 0, (("epochs", 1),))
     variants = [
-        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=2.0), 0, (("epochs", 1),)),
-        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 1, (("epochs", 1),)),
-        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 0, (("epochs", 2),)),
-        sweep.RunSpec("gaussian_mixture", "mlp", sweep.loss("focal", gamma=1.0), 0, (("epochs", 1),),
+        spec.RunSpec("gaussian_mixture", "mlp", spec.loss("focal", gamma=2.0), 0, (("epochs", 1),)),
+        spec.RunSpec("gaussian_mixture", "mlp", spec.loss("focal", gamma=1.0), 1, (("epochs", 1),)),
+        spec.RunSpec("gaussian_mixture", "mlp", spec.loss("focal", gamma=1.0), 0, (("epochs", 2),)),
+        spec.RunSpec("gaussian_mixture", "mlp", spec.loss("focal", gamma=1.0), 0, (("epochs", 1),),
                       (("fts_temperatures", 5),)),
     ]
     ids = {base.run_id} | {v.run_id for v in variants}
     assert len(ids) == 1 + len(variants)
     assert base.run_id.startswith("gaussian_mixture-mlp-focal-gamma-1.0--s0-")
-    dup = sweep.Profile("dup", [sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0])] * 2)
+    dup = spec.Profile("dup", [spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("ce")], [0])] * 2)
     with pytest.raises(ValueError, match="profile expands to duplicate runs"):
         dup.expand()
 
 
 def test_train_settings_and_subsets():
-    s = sweep.train_settings("paper_cifar", epochs=35)
+    s = template.train_settings("paper_cifar", epochs=35)
     assert s["epochs"] == 35 and s["milestones"] == (15, 25) and s["lr"] == 0.1
-    assert sweep.train_settings("paper_cifar")["milestones"] == (150, 250)
-    s = sweep.train_settings("cpu_sgd", epochs=3, optimizer="adam", lr=0.5)
+    assert template.train_settings("paper_cifar")["milestones"] == (150, 250)
+    s = template.train_settings("cpu_sgd", epochs=3, optimizer="adam", lr=0.5)
     assert (s["optimizer"], s["lr"], s["lr_schedule"], s["epochs"]) == ("adam", 0.5, "cosine", 3)
-    assert sweep.train_settings(None, epochs=2) == {"epochs": 2}
-    assert sweep.train_settings("", epochs=2) == {"epochs": 2}
+    assert template.train_settings(None, epochs=2) == {"epochs": 2}
+    assert template.train_settings("", epochs=2) == {"epochs": 2}
     with pytest.raises(ValueError, match="schedule must be one of 'paper_cifar'"):
-        sweep.train_settings("paper", epochs=3)
+        template.train_settings("paper", epochs=3)
     with pytest.raises(ValueError, match="epochs must be given"):
-        sweep.train_settings(None)
+        template.train_settings(None)
     with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-        sweep.train_settings("cpu_sgd", epochs=0)
-    assert sweep.subset_sizes(0, 0) is None
-    assert sweep.subset_sizes(100, 0) == {"train": 100}
-    assert sweep.subset_sizes(100, 50) == {"train": 100, "val": 50, "test": 50}
+        template.train_settings("cpu_sgd", epochs=0)
+    assert template.subset_sizes(0, 0) is None
+    assert template.subset_sizes(100, 0) == {"train": 100}
+    assert template.subset_sizes(100, 50) == {"train": 100, "val": 50, "test": 50}
     with pytest.raises(ValueError, match="eval_subset"):
-        sweep.subset_sizes(10, -1)
+        template.subset_sizes(10, -1)
 
 
 def test_bad_arguments(tmp_path):
@@ -103,10 +103,10 @@ def test_bad_arguments(tmp_path):
 
 
 def test_list_shows_each_run_and_its_status(tmp_path, capsys, monkeypatch):
-    runs = sweep.get_profile("smoke").expand()
+    runs = profiles.get_profile("smoke").expand()
     done = tmp_path / "runs" / "smoke" / "runs" / runs[1].run_id
     done.mkdir(parents=True)
-    (done / sweep.RESULT).write_text("{}")
+    runfolder.write_result(done, {})
     monkeypatch.chdir(tmp_path)  # --out defaults to runs/<profile> here
     assert sweep.main(["--profile", "smoke", "--list"]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
@@ -123,7 +123,7 @@ def test_list_shows_each_run_and_its_status(tmp_path, capsys, monkeypatch):
 
 
 def test_only_selects_runs_by_id():
-    runs = sweep.get_profile("cpu").expand()
+    runs = profiles.get_profile("cpu").expand()
     assert sweep.select_runs("cpu") == runs
     seed0 = sweep.select_runs("cpu", "*-s0-*")
     assert seed0 == [r for r in runs if r.seed == 0] and 0 < len(seed0) < len(runs)
@@ -137,11 +137,11 @@ def test_describe_build_of_runs_no_profile_holds(tmp_path):
     rows = []
     for i, (run, size) in enumerate((("a", 100), ("b", 300))):
         (tmp_path / "runs" / run).mkdir(parents=True)
-        (tmp_path / "runs" / run / "config.json").write_text(json.dumps({"data": {"train": size}}))
+        runfolder.write_config(tmp_path / "runs" / run, {"data": {"train": size}})
         rows += [{"run": run, "dataset": "gaussian_mixture", "model": "mlp", "seed": i, "epochs": 2 + i,
                   "method": m} for m in ("TS (NLL)", "Psi")]
     assert describe_build(tmp_path, pd.DataFrame(rows)) == (
-        "This page was built from 2 runs of a sweep folder without a profile.json: "
+        "This page was built from 2 runs of a sweep folder that does not name its profile: "
         "`gaussian_mixture` (100 to 300 training samples), network `mlp`, 2 to 3 epochs, seeds 0 and 1.")
 
 
@@ -149,7 +149,7 @@ def test_runs_for_selects_a_role_in_the_profiles_order(tmp_path):
     assert sweep.write_profile(tmp_path, "gpu", shrunk=True) == tmp_path / "profile.json"
     info = load_profile(tmp_path)
     assert (info["profile"], info["shrunk"]) == ("gpu", True)
-    profile = sweep.get_profile("gpu", shrunk=True)
+    profile = profiles.get_profile("gpu", shrunk=True)
     comparison, synthetic = profile.runs_of("comparison"), profile.runs_of("synthetic")
     # a results table in another order, with another role's runs, two rows (methods) per run
     table = pd.DataFrame([{"run": r.run_id, "dataset": r.dataset, "model": r.model, "method": m}
@@ -183,11 +183,11 @@ def test_missing_template_is_reported_once_before_any_run(tmp_path, monkeypatch,
     assert err.count("is missing") == 1 and err.startswith("error: papermill template")
     # a template without the parameters a profile passes
     (tmp_path / "nowhere").mkdir()
-    for name in sweep.TEMPLATES:
+    for name in runner.TEMPLATES:
         text = (ROOT / "notebooks" / f"{name}.md").read_text()
         (tmp_path / "nowhere" / f"{name}.md").write_text(text.replace("\nn_bins = 15", "\nbins = 15"))
-    monkeypatch.setitem(sweep.PROFILES, "binned", sweep.Profile("test", [sweep.Block(
-        ["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0], posthoc={"n_bins": 10})]))
+    monkeypatch.setitem(profiles.PROFILES, "binned", spec.Profile("test", [spec.Block(
+        ["gaussian_mixture"], ["mlp"], [spec.loss("ce")], [0], posthoc={"n_bins": 10})]))
     with pytest.raises(ValueError, match="passes n_bins, which template posthoc_calibration does not declare"):
         sweep.run_sweep("binned", tmp_path / "out", progress=False)
 
@@ -218,7 +218,7 @@ def test_smoke_sweep_end_to_end(smoke_runs):
 
     assert smoke_runs.name == f"runs-smoke-{code_key()}"
     assert (smoke_runs / "CODE_KEY").read_text().strip() == code_key()
-    runs = sweep.get_profile("smoke").expand()
+    runs = profiles.get_profile("smoke").expand()
     table = pd.read_csv(smoke_runs / "results.csv")
     assert list(table.columns[:2]) == ["run", "method"]
     # one row per run x method, nothing missing, nothing twice
@@ -238,9 +238,9 @@ def test_smoke_sweep_end_to_end(smoke_runs):
     assert psi["focal (gamma=3)"] == {3.0} and psi["cross-entropy"] == {0.0} and psi["FLSD-53"] == {0.0}
     for r in runs:
         d = smoke_runs / "runs" / r.run_id
-        for name in sweep.TEMPLATES:
+        for name in runner.TEMPLATES:
             assert (d / f"{name}.ipynb").stat().st_size > 0, (r.run_id, name)
-        rec = json.loads((d / sweep.RESULT).read_text())
+        rec = json.loads((d / "result.json").read_text())
         assert rec["spec"] == r.to_dict()
         # the cells' output reaches the run's log: the trainer's line for its one epoch
         assert re.search(r"^epoch 1/1  train loss .*  val NLL .*  val ECE .* s$",
@@ -249,21 +249,21 @@ def test_smoke_sweep_end_to_end(smoke_runs):
         for pattern in LEFTOVERS:
             assert not list(d.glob(pattern)), (r.run_id, pattern)
     # what a page says it was built from, read from the runs
-    n = sweep.SMOKE_TRAIN["train_subset"]
+    n = profiles.SMOKE_TRAIN["train_subset"]
     # the runs the Fashion-MNIST page reads: the Table 1 losses there
     fmnist = table[(table["dataset"] == "fashion_mnist")
-                   & table["loss_label"].isin([lo.display for lo in sweep.TABLE1_LOSSES])]
+                   & table["loss_label"].isin([lo.display for lo in profiles.TABLE1_LOSSES])]
     assert describe_build(smoke_runs, fmnist) == (
         f"This page was built from {fmnist['run'].nunique()} runs of the sweep profile `smoke`: "
         f"`fashion_mnist` ({n} training samples), network `cnn`, 1 epoch, seed 0. The `smoke` "
-        f"profile: {sweep.PROFILES['smoke'].description}.")
+        f"profile: {profiles.PROFILES['smoke'].description}.")
     every = describe_build(smoke_runs, table.sort_values("model"))
     assert f"`gaussian_mixture` ({n} training samples)" in every and "networks `cnn` and `mlp`," in every
     # a second invocation finds everything done and runs nothing
-    before = {r.run_id: (smoke_runs / "runs" / r.run_id / sweep.RESULT).stat().st_mtime_ns for r in runs}
+    before = {r.run_id: (smoke_runs / "runs" / r.run_id / "result.json").stat().st_mtime_ns for r in runs}
     again = sweep.run_sweep("smoke", smoke_runs, progress=False)
     assert len(again) == len(table)
-    assert before == {r.run_id: (smoke_runs / "runs" / r.run_id / sweep.RESULT).stat().st_mtime_ns
+    assert before == {r.run_id: (smoke_runs / "runs" / r.run_id / "result.json").stat().st_mtime_ns
                       for r in runs}
 
 
@@ -285,10 +285,10 @@ def test_a_runs_templates_share_a_kernel_not_a_namespace(tmp_path):
     second = notebook("second", "import os, sys\nprint(os.getpid(), 'left_over' in dir(), "
                                 "any(('import ' + 'focalcal') in cell for cell in In), 'focalcal' in sys.modules, "
                                 "os.getcwd())")
-    with sweep._run_kernel(tmp_path) as km:
+    with runner._run_kernel(tmp_path) as km:
         done = [pm.execute_notebook(str(first), str(tmp_path / "a.ipynb"), kernel_name="python3",
                                     progress_bar=False, km=km)]
-        sweep._reset_namespace(km)
+        runner._reset_namespace(km)
         done.append(pm.execute_notebook(str(second), str(tmp_path / "b.ipynb"), kernel_name="python3",
                                         progress_bar=False, km=km))
     pid = done[0].cells[0].outputs[0]["text"].strip()
@@ -307,12 +307,12 @@ TINY_TRAIN = {"train_subset": 2000, "eval_subset": 500, "batch_size": 128, "sche
 SLOW_EPOCHS = 60
 
 
-def tiny_profile() -> sweep.Profile:
+def tiny_profile() -> spec.Profile:
     """A test-only profile: a quick run first, then one long enough to be killed while training."""
-    return sweep.Profile("test", [
-        sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0],
+    return spec.Profile("test", [
+        spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("ce")], [0],
                     train={**TINY_TRAIN, "epochs": 1}, posthoc={"fts_temperatures": 10}),
-        sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("focal", gamma=2.0)], [0],
+        spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("focal", gamma=2.0)], [0],
                     train={**TINY_TRAIN, "epochs": SLOW_EPOCHS}, posthoc={"fts_temperatures": 10}),
     ])
 
@@ -323,9 +323,9 @@ RUNNER = textwrap.dedent(f"""
     import sys
     sys.path.insert(0, {str(Path(__file__).parent)!r})
     from test_sweep import tiny_profile
-    from focalcal.lab import sweep
+    from focalcal.lab import profiles, sweep
 
-    sweep.PROFILES["tiny"] = tiny_profile()
+    profiles.PROFILES["tiny"] = tiny_profile()
     if __name__ == "__main__":  # the runs' processes import this script again (multiprocessing)
         sys.exit(sweep.main(["--profile", "tiny", "--out", sys.argv[1], "--jobs", "1"]))
 """)
@@ -358,7 +358,7 @@ def test_sigkill_then_resume(tmp_path):
     try:
         deadline = time.monotonic() + 300
         # in flight: the quick run is complete and the slow one has checkpointed an epoch
-        while not ((quick_dir / sweep.RESULT).is_file() and (slow_dir / "checkpoint.pt").is_file()):
+        while not ((quick_dir / "result.json").is_file() and (slow_dir / "checkpoint.pt").is_file()):
             assert proc.poll() is None, "the sweep ended before it could be killed"
             assert time.monotonic() < deadline, "the sweep did not reach the slow run in time"
             time.sleep(0.1)
@@ -373,10 +373,10 @@ def test_sigkill_then_resume(tmp_path):
         assert time.monotonic() < deadline, "orphaned kernels still running after 60 s"
         time.sleep(0.2)
 
-    assert not (slow_dir / sweep.RESULT).exists()
+    assert not (slow_dir / "result.json").exists()
     epochs_done = len(json.loads((slow_dir / "history.json").read_text())["records"])
     assert 0 < epochs_done < SLOW_EPOCHS
-    done = (quick_dir / sweep.RESULT).stat()
+    done = (quick_dir / "result.json").stat()
     quick_nb = (quick_dir / "train_classifier.ipynb").stat().st_mtime_ns
     # what a crash between the two templates could leave: a stale calibration.json and temporary
     # files; none of it may be taken for a result
@@ -388,10 +388,10 @@ def test_sigkill_then_resume(tmp_path):
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "2 runs, 1 already done, 1 to run" in rerun.stdout
 
-    again = (quick_dir / sweep.RESULT).stat()
+    again = (quick_dir / "result.json").stat()
     assert (again.st_ino, again.st_mtime_ns) == (done.st_ino, done.st_mtime_ns)  # not re-executed
     assert (quick_dir / "train_classifier.ipynb").stat().st_mtime_ns == quick_nb
-    rec = json.loads((slow_dir / sweep.RESULT).read_text())
+    rec = json.loads((slow_dir / "result.json").read_text())
     assert [r["method"] for r in rec["rows"]] == list(results.METHODS)
     history = json.loads((slow_dir / "history.json").read_text())["records"]
     assert [h["epoch"] for h in history] == list(range(1, SLOW_EPOCHS + 1))
@@ -406,11 +406,11 @@ def test_sigkill_then_resume(tmp_path):
 
 @pytest.mark.notebooks
 def test_failed_run_is_reported_and_the_others_finish(tmp_path, monkeypatch):
-    good = sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("ce")], [0],
+    good = spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("ce")], [0],
                        train={**TINY_TRAIN, "epochs": 1}, posthoc={"fts_temperatures": 10})
-    bad = sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("focal", gama=2.0)], [0],
+    bad = spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("focal", gama=2.0)], [0],
                       train={**TINY_TRAIN, "epochs": 1})
-    monkeypatch.setitem(sweep.PROFILES, "mixed", sweep.Profile("test", [good, bad]))
+    monkeypatch.setitem(profiles.PROFILES, "mixed", spec.Profile("test", [good, bad]))
     with pytest.raises(RuntimeError, match="1 of 2 runs failed") as err:
         sweep.run_sweep("mixed", tmp_path, jobs=2, progress=False)
     (bad_spec,) = bad.expand()
@@ -420,7 +420,7 @@ def test_failed_run_is_reported_and_the_others_finish(tmp_path, monkeypatch):
     assert "valid parameters: gamma" in cause
     assert cause.removeprefix(f"- {bad_spec.run_id}: ") in (
         tmp_path / "runs" / bad_spec.run_id / "run.log").read_text().splitlines()[-1]
-    assert not (tmp_path / "runs" / bad_spec.run_id / sweep.RESULT).exists()
+    assert not (tmp_path / "runs" / bad_spec.run_id / "result.json").exists()
     table = pd.read_csv(tmp_path / "results.csv")  # the finished run is collected all the same
     assert set(table["run"]) == {good.expand()[0].run_id}
 
@@ -429,14 +429,14 @@ def test_failed_run_is_reported_and_the_others_finish(tmp_path, monkeypatch):
 
 @pytest.mark.notebooks
 def test_slurm_executor_through_submitit_local(tmp_path, monkeypatch):
-    profile = sweep.Profile("test", [sweep.Block(["gaussian_mixture"], ["mlp"], [sweep.loss("brier")],
+    profile = spec.Profile("test", [spec.Block(["gaussian_mixture"], ["mlp"], [spec.loss("brier")],
                                                  [0], train={**TINY_TRAIN, "epochs": 1},
                                                  posthoc={"fts_temperatures": 10})])
-    monkeypatch.setitem(sweep.PROFILES, "one", profile)
+    monkeypatch.setitem(profiles.PROFILES, "one", profile)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     table = sweep.run_sweep("one", tmp_path, executor="slurm", submitit_cluster="local", progress=False)
-    (spec,) = profile.expand()
-    assert list(table["run"].unique()) == [spec.run_id]
+    (run,) = profile.expand()
+    assert list(table["run"].unique()) == [run.run_id]
     assert list(table["method"]) == list(results.METHODS)
-    assert (tmp_path / "runs" / spec.run_id / sweep.RESULT).is_file()
+    assert runfolder.finished(runfolder.run_path(tmp_path, run.run_id))
     assert list((tmp_path / "submitit").glob("*/*_result.pkl"))  # it really went through submitit

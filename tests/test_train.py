@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import focalcal.lab.io as fio
+from focalcal.lab import runfolder
 from focalcal.lab import train as T
 from focalcal.lab.data import make_loaders
 from focalcal.metrics import ece
@@ -550,14 +551,15 @@ def test_logits_epochs_survive_a_resume(tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_no_logits_epochs_records_nothing_new(tmp_path):
+def test_no_logits_epochs_saves_no_epoch_logits_and_records_every_setting(tmp_path):
     ld = _loaders()
     res = train(DropoutNet(), nn.CrossEntropyLoss(), ld.train, val_loader=ld.val, test_loader=ld.test,
                 epochs=2, out_dir=tmp_path, **SGD)
-    assert not list(tmp_path.glob("logits_epoch_*"))
-    assert "logits_epochs" not in res.settings
-    assert "logits_epochs" not in json.loads((tmp_path / "config.json").read_text())["trainer"]
-    assert "logits_epochs" not in fio.torch_load(tmp_path / "checkpoint.pt")["settings"]
+    assert not list(tmp_path.glob("logits_epoch_*")) and runfolder.saved_epochs(tmp_path) == []
+    # every setting is recorded, set or not (no key appears only when set)
+    for recorded in (res.settings, runfolder.read_config(tmp_path)["trainer"],
+                     fio.torch_load(tmp_path / "checkpoint.pt")["settings"]):
+        assert (recorded["logits_epochs"], recorded["record_subset"], recorded["compile"]) == ([], 0, False)
 
 
 # ------------------------------------------------------------------- records on a subset ---

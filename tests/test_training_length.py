@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, runfolder, sweep
 from focalcal.lab.results import runs_for
 from focalcal_book import training_length as tl
 
@@ -17,14 +17,14 @@ def _run(out, run: str, loss: str, params: dict, epochs: list[int] | None) -> No
     config = {"loss": loss, "loss_params": json.dumps(params)}
     if epochs:
         config["logits_epochs"] = epochs
-    (folder / "config.json").write_text(json.dumps({"config": config}))
+    runfolder.write_config(folder, {"config": config})
 
 
 def test_sweep_runs_keeps_the_length_block_only(tmp_path):
     # the cpu profile's length block (CE, focal-3) against another block that also saves logits
     # at chosen epochs (Mukhoti's cross-entropy, Fig. 1): the page's role selection keeps the first
     sweep.write_profile(tmp_path, "cpu")
-    profile = sweep.get_profile("cpu")
+    profile = profiles.get_profile("cpu")
     ce, f3 = (next(r for r in profile.runs_of("length") if r.loss.display == lab and r.seed == 0)
               for lab in ("CE", "focal-3"))
     mukhoti = next(r for r in profile.runs_of("comparison") if dict(r.train).get("logits_epochs"))
@@ -35,7 +35,7 @@ def test_sweep_runs_keeps_the_length_block_only(tmp_path):
                             "dataset": "fashion_mnist", "model": "cnn"})
     out = tl.sweep_runs(tmp_path, runs_for(tmp_path, "length", results, setting="first"))
     assert out["run"].tolist() == [ce.run_id, f3.run_id]
-    saved = tuple(sweep.CPU_LENGTH_TRAIN["logits_epochs"])
+    saved = tuple(profiles.CPU_LENGTH_TRAIN["logits_epochs"])
     assert out["gamma"].tolist() == [0.0, 3.0] and out["logits_epochs"].tolist() == [saved, saved]
     # a run that saved no logits at chosen epochs is left out
     _run(tmp_path, "plain", "focal", {"gamma": 3.0}, None)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from focalcal.lab import sweep, template
+from focalcal.lab import runner, template
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH_LINE = re.compile(r"^epoch 1/1  train loss \d+\.\d+  val NLL \d+\.\d+  val ECE \d+\.\d+", re.M)
@@ -39,7 +39,7 @@ def localise(command: str, scratch: Path) -> list[str]:
         if arg.startswith(".venv/bin/"):
             arg = str(bin_dir / arg.removeprefix(".venv/bin/"))
         elif arg.startswith("notebooks/"):
-            arg = str(sweep.templates_dir() / arg.removeprefix("notebooks/"))
+            arg = str(runner.templates_dir() / arg.removeprefix("notebooks/"))
         elif arg.startswith("/tmp/"):
             arg = str(scratch / arg.removeprefix("/tmp/"))
         args.append(arg)
@@ -100,7 +100,7 @@ def test_unknown_parameter_fails_with_one_line_naming_it(project):
     output = proc.stdout + proc.stderr
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert errors == ["error: ValueError: unknown parameter 'epoch' (did you mean 'epochs'?); the "
-                      "parameters are " + ", ".join(sweep.check_templates()["train_classifier"])]
+                      "parameters are " + ", ".join(runner.check_templates()["train_classifier"])]
     # the cause comes before any traceback, and again first in papermill's exception
     assert output.index(errors[0]) < output.index("Traceback")
     after = output.split('Exception encountered at "In [', 1)[1].splitlines()[1]

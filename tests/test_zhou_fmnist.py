@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, runfolder
 from focalcal.lab.results.released import zhou_row
 from focalcal_book import verdicts as vd
 from focalcal_book import zhou_fmnist as zf
@@ -32,7 +32,7 @@ def test_losses_are_zhou_table1_from_the_sweep_constants():
                          "selective-risk", "selective-risk (released)", "selective-risk (detached weights)")
     assert zf.TARGET == "selective-risk" and zf.BASELINE == "cross-entropy"
     assert zf.TARGETS == ("selective-risk", *zf.VARIANT_LABELS) and zf.BASELINES == zf.LABELS[:6]
-    defined = {*sweep.TABLE1_LOSSES, *sweep.ZHOU_LOSSES, *sweep.CLIPPED_LOSSES}
+    defined = {*profiles.TABLE1_LOSSES, *profiles.ZHOU_LOSSES, *profiles.CLIPPED_LOSSES}
     assert set(zf.ZHOU_TABLE_LOSSES) <= defined
     assert {"dual focal", "selective-risk"} <= zf.CLIPPED_LABELS
 
@@ -148,9 +148,9 @@ def fake_run(out: Path, name: str, loss: str, label: str, seed: int, clip: float
         blob[f"{split}_logits"] = z
         blob[f"{split}_labels"] = torch.multinomial(torch.softmax(z / temp, 1), 1, generator=g).squeeze(1)
     torch.save(blob, d / "logits.pt")
-    (d / "config.json").write_text(json.dumps({
+    runfolder.write_config(d, {
         "config": {"dataset": "fashion_mnist", "model": "cnn", "loss": loss, "loss_params": "{}", "seed": seed},
-        "trainer": {"clip_grad_norm": clip}}))
+        "trainer": {"clip_grad_norm": clip}})
 
 
 def test_per_seed_and_figures(tmp_path):

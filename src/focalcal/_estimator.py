@@ -169,7 +169,17 @@ class _Calibrator(torch.nn.Module):
         return state
 
     def set_extra_state(self, state: dict[str, object]) -> None:
-        """Restore the fitted attributes saved by :meth:`get_extra_state`."""
+        """Restore the fitted attributes saved by :meth:`get_extra_state`.
+
+        Raises
+        ------
+        ValueError
+            ``state`` names an attribute this calibrator does not fit (a state of another class,
+            or of an older version).
+        """
+        unknown = sorted(set(state) - {"_is_fitted", *self._fitted_names})
+        if unknown:
+            raise ValueError(f"state names attributes that {type(self).__name__} does not fit: {unknown}; "
+                             f"it fits {sorted(self._fitted_names)}")
         for name, value in state.items():
-            # states saved before the focal gamma was renamed gamma_ev_ say gamma_
-            setattr(self, "gamma_ev_" if name == "gamma_" else name, value)
+            setattr(self, name, value)

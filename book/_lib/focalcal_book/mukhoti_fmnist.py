@@ -29,7 +29,6 @@ see the same training subset in the same order, so a per-seed difference compare
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from focalcal.lab import sweep
-from focalcal.lab.io import torch_load
+from focalcal.lab import profiles, runfolder
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, TRAINED_FRACTION,
                                     combine, compare_ranges, every_step, majority, paired, spread_text, untrained)
 
@@ -53,16 +51,16 @@ __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE"
 
 def _find(name: str, gamma: float | None = None) -> str:
     """The label of the loss ``name`` (with focal ``gamma``) in :data:`focalcal.lab.sweep.FMNIST_LOSSES`."""
-    for lo in sweep.FMNIST_LOSSES:
+    for lo in profiles.FMNIST_LOSSES:
         if lo.name == name and (gamma is None or dict(lo.params).get("gamma") == gamma):
             return lo.display
-    raise ValueError(f"no loss {name!r} (gamma={gamma}) in sweep.FMNIST_LOSSES")
+    raise ValueError(f"no loss {name!r} (gamma={gamma}) in profiles.FMNIST_LOSSES")
 
 
 #: cross-entropy, focal loss with gamma = 3 and FLSD-53, as the sweep labels them
 CE, FL3, FLSD53 = _find("ce"), _find("focal", 3.0), _find("flsd53")
 #: Mukhoti et al.'s Fig. 3 losses: cross-entropy and focal loss with gamma = 1, 2, 3
-FIG3: tuple[str, ...] = tuple(lo.display for lo in sweep.FIG3_LOSSES)
+FIG3: tuple[str, ...] = tuple(lo.display for lo in profiles.FIG3_LOSSES)
 #: the columns of Mukhoti et al.'s Tables 1-2 (cross-entropy, Brier, MMCE, LS-0.05, FLSD-53)
 TABLE1_COLUMNS: tuple[str, ...] = (CE, _find("brier"), _find("mmce"), _find("label_smoothing"), FLSD53)
 #: Mukhoti et al.'s losses in the order of their tables: the baselines, the focal losses of their
@@ -113,7 +111,7 @@ def protocol_table(out: str | Path, results):
     rows = []
     by_method = results.set_index(["run", "method"])
     for run_id, r in results.drop_duplicates("run").set_index("run").iterrows():
-        run = load_run(Path(out) / "runs" / run_id)
+        run = load_run(runfolder.run_path(out, run_id))
         row = mukhoti_row(FitEval(run.val_logits, run.val_labels, run.test_logits, run.test_labels,
                                   "validation / test"))
         rows.append({"run": run_id, "loss_label": r["loss_label"], "seed": int(r["seed"]), **row,
@@ -170,20 +168,18 @@ def prefix_histories(out: str | Path, histories):
     h = histories.copy()
     h["recomputed"] = False
     for run_id, rows in h.groupby("run", sort=False):
-        run_dir = Path(out) / "runs" / run_id
-        config = json.loads((run_dir / "config.json").read_text())["config"]
+        run_dir = runfolder.run_path(out, run_id)
+        config = runfolder.read_config(run_dir)["config"]
         subset = int(config.get("record_subset") or 0)
         last = int(rows["epoch"].max())
+        saved = runfolder.saved_epochs(run_dir)
         for i, r in rows.iterrows():
             if not subset or r["test_n"] <= subset:
                 continue
             epoch = int(r["epoch"])
-            path = run_dir / f"logits_epoch_{epoch}.pt"
-            if not path.is_file():
-                path = run_dir / "logits.pt" if epoch == last else None
-            if path is None:
+            if epoch not in saved and epoch != last:
                 continue
-            blob = torch_load(path)
+            blob = runfolder.read_logits(run_dir, epoch if epoch in saved else None)
             for split in ("val", "test"):
                 stats = prediction_stats(blob[f"{split}_logits"][:subset], blob[f"{split}_labels"][:subset])
                 for k in _STATS:
@@ -231,7 +227,7 @@ def final_stat(out: str | Path, results, stat: str, split: str = "test"):
 
     rows = []
     for _, r in results.drop_duplicates("run").iterrows():
-        blob = torch_load(Path(out) / "runs" / r["run"] / "logits.pt")
+        blob = runfolder.read_logits(runfolder.run_path(out, r["run"]))
         v = prediction_stats(blob[f"{split}_logits"], blob[f"{split}_labels"])[stat]
         rows.append({"loss_label": r["loss_label"], "seed": int(r["seed"]),
                      stat: np.nan if v is None else float(v)})
@@ -551,10 +547,10 @@ def plot_band_curves(histories, panels: Sequence[tuple[str, str]], labels: Seque
 
 def _grad_hists(out: str | Path, run_id: str) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     # the run's histogram edges and, per epoch, the percentage of training samples in each bin
-    d = json.loads((Path(out) / "runs" / run_id / "history.json").read_text())
+    run_dir = runfolder.run_path(out, run_id)
     hists = {int(r["epoch"]): 100.0 * np.asarray(r["grad_norm_hist"], float) / max(sum(r["grad_norm_hist"]), 1)
-             for r in d["records"] if r.get("grad_norm_hist")}
-    return np.asarray(d["grad_norm_edges"], float), hists
+             for r in runfolder.read_history(run_dir) if r.get("grad_norm_hist")}
+    return np.asarray(runfolder.grad_norm_edges(run_dir), float), hists
 
 
 def grad_norm_medians(out: str | Path, results, epochs: Sequence[int]):
@@ -565,7 +561,7 @@ def grad_norm_medians(out: str | Path, results, epochs: Sequence[int]):
 
     rows = []
     for _, r in results.drop_duplicates("run").iterrows():
-        records = json.loads((Path(out) / "runs" / r["run"] / "history.json").read_text())["records"]
+        records = runfolder.read_history(runfolder.run_path(out, r["run"]))
         for rec in records:
             if rec["epoch"] in epochs and rec.get("grad_norm_quantiles"):
                 rows.append({"loss_label": r["loss_label"], "seed": int(r["seed"]), "epoch": int(rec["epoch"]),
@@ -618,20 +614,16 @@ def plot_train_reliability(out: str | Path, run_id: str, label: str, *, n_bins: 
     saved (``logits_epoch_<n>.pt`` with ``train_logits``). Returns ``(figure, rows)`` with one row
     per epoch: ``epoch``, ``accuracy``, ``confidence`` (mean top probability) and ``top_bin`` (%
     of samples in the most confident bin); ``(None, [])`` when no training logits were saved."""
-    import re
-
     import matplotlib.pyplot as plt
 
     from focalcal.lab.results import plot_reliability_panel
 
-    run_dir = Path(out) / "runs" / run_id
-    files = sorted(run_dir.glob("logits_epoch_*.pt"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
+    run_dir = runfolder.run_path(out, run_id)
     logits, labels, rows = {}, {}, []
-    for p in files:
-        blob = torch_load(p)
+    for e in runfolder.saved_epochs(run_dir):
+        blob = runfolder.read_logits(run_dir, e)
         if "train_logits" not in blob:
             continue
-        e = int(re.findall(r"\d+", p.stem)[-1])
         z, y = blob["train_logits"].to(torch.float64), blob["train_labels"]
         conf, pred = z.softmax(-1).max(-1)
         logits[f"epoch {e}"], labels[f"epoch {e}"] = z, y

@@ -14,7 +14,6 @@ The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`
 from __future__ import annotations
 
 import html
-import json
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +43,9 @@ def run_setting(out: str | Path, run: str) -> dict[str, Any]:
     :data:`focalcal.lab.models.MODEL_TITLES`; a name the lab does not know stays as it is),
     ``n_params`` (the network's parameters), ``n_train``, ``n_val``, ``n_test`` (images used),
     ``config`` (the template's parameters) and ``trainer`` (the optimiser's settings)."""
-    blob = json.loads((Path(out) / "runs" / run / "config.json").read_text())
+    from focalcal.lab import runfolder
+
+    blob = runfolder.read_config(runfolder.run_path(out, run))
     cfg = blob["config"]
     dataset, network = _titles(cfg["dataset"], cfg["model"])
     return {"dataset": dataset, "network": network,
@@ -79,10 +80,10 @@ def runs_label(out: str | Path) -> str:
         return str(out.relative_to(Path.cwd().resolve()))
     except ValueError:
         pass
-    from focalcal.lab.results.runs import PROFILE_FILE, load_profile
+    from focalcal.lab import runfolder
 
-    if (out / PROFILE_FILE).is_file():
-        return f"the `{load_profile(out)['profile']}` profile's folder `{out.name}`"
+    if runfolder.has_profile(out):
+        return f"the `{runfolder.read_profile(out)['profile']}` profile's folder `{out.name}`"
     return f"the folder `{out.name}`"
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from focalcal.lab import profiles, runfolder
 from focalcal.lab.results import apply_calibration, confidence_row, load_run, training_gamma
 from focalcal.lab.results.protocol import fit_on_grid
 from focalcal.metrics import ece
@@ -76,8 +77,7 @@ def psi_runs(out: str | Path, results) -> Any:
     r = r[r["loss"].isin(LOSSES)]
     rows = []
     for rec in r.to_dict("records"):
-        d = Path(out) / "runs" / rec["run"]
-        blob = json.loads((d / "config.json").read_text())
+        blob = runfolder.read_config(runfolder.run_path(out, rec["run"]))
         config = blob["config"]
         mp = config.get("model_params") or "{}"
         mp = json.loads(mp) if isinstance(mp, str) else dict(mp)
@@ -105,12 +105,10 @@ def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any
     Raises
     ------
     ValueError
-        Unknown ``profile`` (the message of :func:`focalcal.lab.sweep.get_profile`), or a profile
+        Unknown ``profile`` (the message of :func:`focalcal.lab.profiles.get_profile`), or a profile
         without such runs.
     """
-    from focalcal.lab import sweep
-
-    runs = [r for r in sweep.get_profile(profile, shrunk=shrunk).runs_of("psi") if r.loss.name in LOSSES]
+    runs = [r for r in profiles.get_profile(profile, shrunk=shrunk).runs_of("psi") if r.loss.name in LOSSES]
     if not runs:
         raise ValueError(f"profile {profile!r} has no runs of the Psi chapter")
     names = list(dict.fromkeys(setting_name(dict(r.model_params)["hidden"], dict(r.train)["train_subset"],
@@ -146,7 +144,7 @@ def psi_table(out: str | Path, runs, results) -> Any:
     rows = []
     for rec in runs.to_dict("records"):
         rr = results[results["run"] == rec["run"]].set_index("method")
-        run = load_run(Path(out) / "runs" / rec["run"])
+        run = load_run(runfolder.run_path(out, rec["run"]))
         z, y = run.test_logits.double(), run.test_labels
         raw = confidence_row(z, y)
         gap_se = _gap_se(z, y)

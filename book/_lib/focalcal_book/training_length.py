@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from focalcal import maps
-from focalcal.lab.io import torch_load
+from focalcal.lab import runfolder
 from focalcal.metrics import ece
 from focalcal.posthoc import TemperatureScaling
 from focalcal_book.verdicts import HOLDS, paired
@@ -58,7 +58,7 @@ def sweep_runs(out: str | Path, results) -> Any:
 
     rows = []
     for _, r in results.drop_duplicates("run").iterrows():
-        config = json.loads((Path(out) / "runs" / r["run"] / "config.json").read_text())["config"]
+        config = runfolder.read_config(runfolder.run_path(out, r["run"]))["config"]
         if not config.get("logits_epochs"):
             continue
         gamma = training_gamma(config["loss"], json.loads(config["loss_params"]))
@@ -92,10 +92,10 @@ def epoch_table(out: str | Path, runs, *, n_bins: int = 15) -> Any:
 
     rows = []
     for _, r in runs.iterrows():
-        run_dir = Path(out) / "runs" / r["run"]
-        history = {h["epoch"]: h for h in json.loads((run_dir / "history.json").read_text())["records"]}
+        run_dir = runfolder.run_path(out, r["run"])
+        history = {h["epoch"]: h for h in runfolder.read_history(run_dir)}
         for epoch in r["logits_epochs"]:
-            blob = torch_load(run_dir / f"logits_epoch_{epoch}.pt")
+            blob = runfolder.read_logits(run_dir, epoch)
             ts = TemperatureScaling().fit(blob["val_logits"], blob["val_labels"])
             z, y = blob["test_logits"], blob["test_labels"]
             rows.append({

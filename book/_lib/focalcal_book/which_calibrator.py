@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from focalcal.lab import runfolder
 from focalcal.lab.results import calibrators as C
 from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED
 
@@ -141,7 +142,7 @@ def released_results(names: Sequence[str] | None = None, *, cache: str | Path | 
 def sweep_results(runs: str | Path, run_ids: Sequence[str], *, cache: str | Path | None = None,
                   n_resamples: int = 1000) -> dict[str, dict[str, Any]]:
     """:func:`~focalcal.lab.results.calibrators.run_result` of every run of ``run_ids`` in the sweep folder ``runs``."""
-    return {r: C.run_result(Path(runs) / "runs" / r, cache=cache, n_resamples=n_resamples)
+    return {r: C.run_result(runfolder.run_path(runs, r), cache=cache, n_resamples=n_resamples)
             for r in dict.fromkeys(run_ids)}
 
 
@@ -177,7 +178,7 @@ def warm(runs: str | Path | None = None, *, cache: str | Path | None = None, job
         tasks.append(("released", name, cache))
     runs = Path(runs or results.runs_dir())
     chosen = results.runs_for(runs, "comparison", results.load_results(runs), setting="first")
-    tasks += [("run", str(runs / "runs" / r), cache) for r in dict.fromkeys(chosen["run"])]
+    tasks += [("run", str(runfolder.run_path(runs, r)), cache) for r in dict.fromkeys(chosen["run"])]
     with ProcessPoolExecutor(max_workers=max(1, int(jobs))) as pool:
         return list(pool.map(_one, tasks))
 

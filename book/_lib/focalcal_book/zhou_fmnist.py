@@ -25,7 +25,6 @@ All quantities stay fractions here; the page multiplies by 100 where it shows pe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from focalcal.lab import sweep
+from focalcal.lab import profiles, runfolder, spec, template
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, TRAINED_FRACTION, combine,
                                     compare_ranges, gate, majority, paired, spread_text, untrained)
 
@@ -51,15 +50,15 @@ __all__ = ["ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "TARGETS",
 _ZHOU_ORDER = ("ce", "flsd53", "inverse_focal", "dual_focal", "kde_xe", "aurc", "selective_risk")
 
 
-def _zhou_losses() -> tuple[sweep.Loss, ...]:
-    by_name = {lo.name: lo for lo in (*sweep.TABLE1_LOSSES, *sweep.ZHOU_LOSSES, *sweep.CLIPPED_LOSSES)}
+def _zhou_losses() -> tuple[spec.Loss, ...]:
+    by_name = {lo.name: lo for lo in (*profiles.TABLE1_LOSSES, *profiles.ZHOU_LOSSES, *profiles.CLIPPED_LOSSES)}
     return tuple(by_name[n] for n in _ZHOU_ORDER)
 
 
 #: the seven losses of Zhou et al.'s Table 1, as the sweep defines them
-ZHOU_TABLE_LOSSES: tuple[sweep.Loss, ...] = _zhou_losses()
+ZHOU_TABLE_LOSSES: tuple[spec.Loss, ...] = _zhou_losses()
 #: the selective-risk loss as the authors' code computes it, and with its weights detached
-VARIANT_LABELS: tuple[str, ...] = tuple(lo.display for lo in sweep.SELECTIVE_VARIANT_LOSSES)
+VARIANT_LABELS: tuple[str, ...] = tuple(lo.display for lo in profiles.SELECTIVE_VARIANT_LOSSES)
 #: the display labels (the ``loss_label`` column of a sweep's results): Table 1's, then the variants
 LABELS: tuple[str, ...] = tuple(lo.display for lo in ZHOU_TABLE_LOSSES) + VARIANT_LABELS
 #: Zhou et al.'s own loss as printed and the reference of the AURC claim
@@ -71,7 +70,7 @@ BASELINES: tuple[str, ...] = LABELS[:len(ZHOU_TABLE_LOSSES) - 1]
 #: the dual focal loss of the comparison
 DUAL = LABELS[3]
 #: losses the cpu profile trains with the gradient norm clipped (:data:`focalcal.lab.sweep.CLIPPED_LOSSES`)
-CLIPPED_LABELS: frozenset[str] = frozenset(lo.display for lo in sweep.CLIPPED_LOSSES)
+CLIPPED_LABELS: frozenset[str] = frozenset(lo.display for lo in profiles.CLIPPED_LOSSES)
 
 
 def loss_parameters(name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -138,10 +137,8 @@ def per_seed(out: str | Path, runs: pd.DataFrame, *, n_bins: int = 15) -> pd.Dat
 
     rows = []
     for r in runs.itertuples(index=False):
-        run_dir = Path(out) / "runs" / r.run
-        run = load_run(run_dir)
-        meta = json.loads((run_dir / "config.json").read_text())
-        clip = meta["trainer"].get("clip_grad_norm")
+        run = load_run(runfolder.run_path(out, r.run))
+        clip = run.trainer.get("clip_grad_norm")
         rows.append({"run": r.run, "loss_label": r.loss_label, "seed": int(r.seed),
                      "parameters": ", ".join(f"{k}={v!r}" for k, v in
                                              loss_parameters(run.config["loss"], run.loss_params).items())
@@ -315,11 +312,9 @@ def training_progress(out: str | Path, table: pd.DataFrame, label: str = TARGET)
         the last epoch's training NLL (nats); ``epochs``: the most epochs of a run. Empty without
         runs of ``label`` or without records.
     """
-    from focalcal.lab.results import load_run
-
     best, final, epochs = [], [], []
     for run in table.loc[table["loss_label"] == label, "run"]:
-        history = load_run(Path(out) / "runs" / run).history
+        history = runfolder.read_history(runfolder.run_path(out, run))
         if not history:
             continue
         best.append(max(float(h["train_accuracy"]) for h in history))
@@ -578,12 +573,12 @@ def initial_network_state(*, seed: int = 0, n: int | None = None, profile: str =
     runs = [r for r in get_profile(profile).runs_of("comparison") if r.loss.display == label and r.seed == seed]
     if not runs:
         raise ValueError(f"profile {profile!r} has no run of {label!r} with seed {seed} in its comparison")
-    spec = runs[0]
-    train = dict(spec.train)
-    loaders = make_loaders(spec.dataset, train["batch_size"] if n is None else n, seed=seed,
-                           subset=sweep.subset_sizes(train.get("train_subset", 0), train.get("eval_subset", 0)))
-    net = make_model(spec.model, loaders.info.num_classes, loaders.info.in_channels, seed=seed,
-                     **_json.loads(_json.dumps(dict(spec.model_params))))
+    run = runs[0]
+    train = dict(run.train)
+    loaders = make_loaders(run.dataset, train["batch_size"] if n is None else n, seed=seed,
+                           subset=template.subset_sizes(train.get("train_subset", 0), train.get("eval_subset", 0)))
+    net = make_model(run.model, loaders.info.num_classes, loaders.info.in_channels, seed=seed,
+                     **_json.loads(_json.dumps(dict(run.model_params))))
     x, y = next(iter(loaders.train))
     net.train()
     with torch.no_grad():
@@ -601,10 +596,10 @@ def mechanism_table(profile: str, *, shrunk: bool = False) -> pd.DataFrame:
 
     specs = [] if shrunk else [r for r in get_profile(profile).runs_of("comparison") if r.loss.display in TARGETS]
     rows = []
-    for spec in specs:
-        z, y = initial_network_state(seed=spec.seed, profile=profile, label=spec.loss.display)
-        d = gradient_decomposition(z, y, **dict(spec.loss.params))
-        rows.append({"variant": spec.loss.display, "seed": spec.seed, "ce_norm": d["ce_norm"],
+    for run in specs:
+        z, y = initial_network_state(seed=run.seed, profile=profile, label=run.loss.display)
+        d = gradient_decomposition(z, y, **dict(run.loss.params))
+        rows.append({"variant": run.loss.display, "seed": run.seed, "ce_norm": d["ce_norm"],
                      "weight_norm": d["weight_norm"], "ratio": d["weight_norm"] / d["ce_norm"],
                      "n_correct": d["n_correct"], "pushed_down": d["pushed_down"]})
     return pd.DataFrame(rows, columns=["variant", "seed", "ce_norm", "weight_norm", "ratio", "n_correct",
@@ -673,7 +668,7 @@ def reliability_figures(out: str | Path, table: pd.DataFrame, *, seed: int = 0, 
     rows = table[table["seed"] == seed]
     panels = []
     for r in rows.itertuples(index=False):
-        run = load_run(Path(out) / "runs" / r.run)
+        run = load_run(runfolder.run_path(out, r.run))
         panels.append((run.test_logits, run.test_labels, r.loss_label, r.loss_label))
     # balanced rows (7 panels: 4 + 3, 5: 3 + 2), so that no figure is a lone narrow panel
     size = -(-len(panels) // -(-len(panels) // per_row)) if panels else per_row

@@ -26,7 +26,7 @@ Every model's last layer is an :class:`torch.nn.Linear` found by :func:`last_lin
 records its weight norm and per-sample gradient norms).
 
 A sweep run passes keyword arguments to :func:`make_model` through its ``model_params``
-(:class:`focalcal.lab.sweep.Block`), e.g. ``{"in_features": 784, "hidden": [64]}`` for an MLP on
+(:class:`focalcal.lab.spec.Block`), e.g. ``{"in_features": 784, "hidden": [64]}`` for an MLP on
 Fashion-MNIST images: without ``in_features`` the MLP takes the dataset's ``in_channels`` as its
 input size, which is right for the vector-valued synthetic tasks only.
 """

@@ -1,9 +1,7 @@
 """The sweep's profiles: tables of training runs (:data:`PROFILES`), and :func:`shrink`.
 
-A :class:`RunSpec` is one training run plus its post-hoc calibration (dataset, network, loss, seed,
-the ``train_classifier`` and ``posthoc_calibration`` template parameters); a :class:`Block` is a
-Cartesian product of them; a :class:`Profile` is a list of blocks. Three profiles build the book
-from one results format (:mod:`focalcal.lab.sweep` runs them):
+A profile is a list of blocks of runs (the vocabulary is :mod:`focalcal.lab.spec`). Three
+profiles build the book from one results format (:mod:`focalcal.lab.sweep` runs them):
 
 - ``cpu`` (the default): Fashion-MNIST and the synthetic tasks on 2 CPU cores;
 - ``gpu``: CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, a compressed paper schedule,
@@ -12,168 +10,28 @@ from one results format (:mod:`focalcal.lab.sweep` runs them):
 
 plus ``smoke`` (every template and loss on tiny data, for the tests). :func:`shrink` turns any of
 them into a tiny version with the same structure (one epoch on a few batches), which runs on a CPU.
-Every name here is importable from :mod:`focalcal.lab.sweep` as well.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from .spec import Block, Loss, Profile, loss
+
 __all__ = [
-    "ALL_LOSSES", "Block", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
+    "ALL_LOSSES", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
     "CPU_FMNIST_DUAL_TRAIN", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
     "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CURVATURE_GAMMAS",
     "CURVATURE_MLP", "CURVATURE_TAUS", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
     "GPU_CURVATURE_MLP", "GPU_CURVATURE_TRAIN", "GPU_FIG1_TRAIN", "GPU_FLSC531",
     "GPU_LENGTH_TRAIN", "GPU_MODELS", "GPU_OTHER_LOSSES", "GPU_PSI_SMALL_DATA_TRAIN",
-    "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LENGTH_LOSSES", "Loss",
-    "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
+    "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LENGTH_LOSSES", "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
     "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LOSSES",
-    "PSI_SMALL_MLP", "PROFILE_FILE", "Profile", "ROLES", "RunSpec", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
+    "PSI_SMALL_MLP", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
     "SMOKE_CURVATURE_TRAIN", "SMOKE_LENGTH_LOSSES", "SMOKE_LENGTH_TRAIN", "SMOKE_PAIR",
     "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "SELECTIVE_VARIANT_LOSSES", "SYNTHETIC_BLOCK", "TABLE1_LOSSES", "ZHOU_LOSSES",
-    "curvature_losses", "get_profile", "loss", "page_losses", "psi_blocks", "shrink"]
-
-# --------------------------------------------------------------------------------------------
-# runs and profiles
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Loss:
-    """A training loss as the sweep names it: a ``focalcal.losses.make_loss`` key plus parameters."""
-
-    name: str
-    params: tuple[tuple[str, Any], ...] = ()
-    label: str | None = None
-
-    @property
-    def display(self) -> str:
-        if self.label:
-            return self.label
-        if not self.params:
-            return self.name
-        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
-
-
-def loss(name: str, label: str | None = None, **params: Any) -> Loss:
-    return Loss(name, tuple(sorted(params.items())), label)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run plus its post-hoc calibration."""
-
-    dataset: str
-    model: str
-    loss: Loss
-    seed: int
-    train: tuple[tuple[str, Any], ...] = ()
-    posthoc: tuple[tuple[str, Any], ...] = ()
-    #: keyword arguments of ``make_model`` (e.g. the MLP's ``in_features`` and ``hidden``)
-    model_params: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def run_id(self) -> str:
-        digest = hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in self.loss.display)
-        return f"{self.dataset}-{self.model}-{slug}-s{self.seed}-{digest}"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
-             "loss_params": dict(self.loss.params), "loss_label": self.loss.display,
-             "seed": self.seed, "train": dict(self.train), "posthoc": dict(self.posthoc)}
-        if self.model_params:  # only when set, so that the run ids of the other runs stay
-            d["model_params"] = dict(self.model_params)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
-        return cls(d["dataset"], d["model"],
-                   Loss(d["loss"], tuple(sorted(d["loss_params"].items())), d.get("loss_label")),
-                   int(d["seed"]), tuple(sorted(d["train"].items())), tuple(sorted(d["posthoc"].items())),
-                   tuple(sorted(d.get("model_params", {}).items())))
-
-    def train_parameters(self, run_dir: Path) -> dict[str, Any]:
-        # papermill passes parameters as Python literals; the loss parameters travel as JSON
-        return {"dataset": self.dataset, "model": self.model, "loss": self.loss.name,
-                "loss_params": json.dumps(dict(self.loss.params)), "seed": self.seed,
-                "out_dir": str(run_dir), **dict(self.train),
-                **({"model_params": json.dumps(dict(self.model_params))} if self.model_params else {})}
-
-    def posthoc_parameters(self, run_dir: Path) -> dict[str, Any]:
-        return {"run_dir": str(run_dir), **dict(self.posthoc)}
-
-
-@dataclass(frozen=True)
-class Block:
-    """A Cartesian product: every dataset x model x loss x seed, with shared settings.
-
-    ``role`` names the experiment the block's runs serve (one of :data:`ROLES`); the book's pages
-    select their runs by it (:func:`focalcal.lab.results.runs_for`), never by dataset or network,
-    so that one page reads any profile's results. The role is not part of a run's id: a run is
-    what it trains, whichever block asks for it.
-    """
-
-    datasets: Sequence[str]
-    models: Sequence[str]
-    losses: Sequence[Loss]
-    seeds: Sequence[int]
-    train: dict[str, Any] = field(default_factory=dict)
-    posthoc: dict[str, Any] = field(default_factory=dict)
-    model_params: dict[str, Any] = field(default_factory=dict)
-    role: str = "comparison"
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {self.role!r}")
-
-    def expand(self) -> list[RunSpec]:
-        return [RunSpec(d, m, lo, s, tuple(sorted(self.train.items())), tuple(sorted(self.posthoc.items())),
-                        tuple(sorted(self.model_params.items())))
-                for d, m, lo, s in itertools.product(self.datasets, self.models, self.losses, self.seeds)]
-
-
-@dataclass(frozen=True)
-class Profile:
-    description: str
-    blocks: Sequence[Block]
-
-    def expand(self) -> list[RunSpec]:
-        runs = [r for b in self.blocks for r in b.expand()]
-        ids = [r.run_id for r in runs]
-        if len(set(ids)) != len(ids):
-            raise ValueError("profile expands to duplicate runs")
-        return runs
-
-    def runs_of(self, role: str) -> list[RunSpec]:
-        """The runs of the blocks with ``role`` (:data:`ROLES`), in block order (none if it has none)."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
-        return [r for b in self.blocks if b.role == role for r in b.expand()]
-
-    def roles(self) -> dict[str, list[str]]:
-        """The run ids of each role that the profile's blocks have, in block order."""
-        return {role: [r.run_id for r in self.runs_of(role)]
-                for role in dict.fromkeys(b.role for b in self.blocks)}
-
-
-#: the file of a sweep folder that names its profile and lists the run ids of each role
-PROFILE_FILE = "profile.json"
-
-#: what a block's runs are for, and the book page that reads them:
-ROLES: dict[str, str] = {
-    "comparison": "the papers' loss comparison on one network (mukhoti_fmnist, zhou_fmnist, fmnist_focal_ts)",
-    "synthetic": "tasks with a known posterior (synthetic_properness)",
-    "curvature": "focal loss and the Tr(H) penalty, with the Hessian measured (curvature_measured)",
-    "length": "logits saved after growing numbers of epochs (when_focal_helps)",
-    "psi": "focal loss and Psi across capacity and data size (psi_capacity)",
-}
-
+    "curvature_losses", "get_profile", "page_losses", "psi_blocks", "shrink"]
 
 # The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
 TABLE1_LOSSES = (

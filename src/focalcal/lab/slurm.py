@@ -28,7 +28,7 @@ from typing import Any
 
 import submitit
 
-from .profiles import RunSpec
+from .spec import RunSpec
 
 #: runs per job array (SLURM's default MaxArraySize of 1001 allows array indices 0-1000)
 MAX_ARRAY = 1000
@@ -40,14 +40,14 @@ DEFAULTS: dict[str, Any] = {"timeout_min": 24 * 60, "slurm_gpus_per_node": 1, "c
 
 class RunJob(submitit.helpers.Checkpointable):
     """One run as a submitit job: ``RunJob()(spec, out)`` executes it
-    (:func:`focalcal.lab.sweep.execute_run`) with the job's cores as its thread budget.
+    (:func:`focalcal.lab.runner.execute_run`) with the job's cores as its thread budget.
 
     Checkpointable: when SLURM stops the job (time limit, preemption), :meth:`checkpoint` hands
     submitit the same call to requeue; it resumes from the trainer's checkpoint.
     """
 
     def __call__(self, spec: dict[str, Any], out: str) -> dict[str, Any]:
-        from .sweep import execute_run
+        from .runner import execute_run
 
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         if cpus:  # the notebooks' kernels inherit this: as many threads as the job has cores

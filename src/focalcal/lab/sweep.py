@@ -7,35 +7,18 @@
                                  [--dry-run] [--slurm-partition P] [--slurm-time MINUTES]
                                  [--slurm-gpus N] [--slurm-cpus N] [--slurm-array-parallelism N]
 
-A *profile* is a small table of runs (datasets x models x losses x seeds, see :data:`PROFILES`,
-defined in :mod:`focalcal.lab.profiles`). Each run executes two papermill templates from
-``notebooks/``:
-
-1. ``train_classifier``: trains the model and saves validation/test logits into the run folder
-   (the trainer checkpoints every epoch, so a killed run resumes where it stopped);
-2. ``posthoc_calibration``: fits the post-hoc calibrators on the validation logits and writes one
-   row per calibration method into ``calibration.json``.
-
-Both run in one kernel, its namespace emptied between them (IPython's reset): the second template
-sees nothing of the first but finds torch and the library already imported, which saves every run
-a kernel start and about 2 s of imports.
+A *profile* is a small table of runs (datasets x models x losses x seeds, see
+:data:`focalcal.lab.profiles.PROFILES`). Each run is executed by :func:`focalcal.lab.runner.execute_run`
+(its two papermill templates, in one process of its own here, or as a SLURM job).
 
 ``--profile`` defaults to ``cpu`` and ``DIR`` to ``runs/<profile>`` under the working directory;
 ``--only`` runs the runs whose id matches an ``fnmatch`` pattern, ``--list`` shows each run and
 whether it is done, ``--dry-run`` what would be submitted. With ``--executor slurm`` the runs go to
 SLURM as job arrays, one ``sbatch`` per array, and a job stopped by its time limit or by preemption
-is requeued and resumes from its checkpoint (:mod:`focalcal.lab.slurm`). Layout of ``DIR``::
+is requeued and resumes from its checkpoint (:mod:`focalcal.lab.slurm`). The layout of ``DIR`` is
+:mod:`focalcal.lab.runfolder`'s.
 
-    DIR/runs/<run>/spec.json                   what the run is
-    DIR/runs/<run>/train_classifier.ipynb      executed notebooks (kept for inspection)
-    DIR/runs/<run>/posthoc_calibration.ipynb
-    DIR/runs/<run>/run.log                     the run's output, its cells' included (local executor)
-    DIR/runs/<run>/result.json                 written last, atomically: the run is complete
-    DIR/results.csv                            one row per run x calibration method
-    DIR/profile.json                           the profile's name, description and the run ids of
-                                               each role (what the book's pages select by)
-
-Resuming: a run whose ``result.json`` exists is skipped, so after a crash or SIGKILL the same
+Resuming: a run that finished (its ``result.json``, in this format) is skipped, so after a crash or SIGKILL the same
 command finishes the remaining runs without repeating a finished one; every file is written
 atomically, so nothing half-written is ever taken for a result.
 """
@@ -47,246 +30,22 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .io import atomic_write_json, atomic_write_text
-# the runs and profiles live in focalcal.lab.profiles; every name of it stays importable from here
-from .profiles import *  # noqa: F401,F403
-from .profiles import PROFILE_FILE, Loss, RunSpec, get_profile
-
-TEMPLATES = ("train_classifier", "posthoc_calibration")
-RESULT = "result.json"
-
-
-def templates_dir() -> Path:
-    """The papermill templates shipped with the package (``$FOCALCAL_NOTEBOOKS`` overrides).
-
-    They are package data of ``focalcal.lab`` (``templates/*.md``), found through
-    ``importlib.resources``, so an installed wheel finds them as an editable checkout does; the
-    repository's ``notebooks/`` is a link to the same folder.
-    """
-    env = os.environ.get("FOCALCAL_NOTEBOOKS")
-    if env:
-        return Path(env)
-    return Path(str(resources.files("focalcal.lab") / "templates"))
-
-
-# --------------------------------------------------------------------------------------------
-# what the train_classifier template turns its parameters into
-# --------------------------------------------------------------------------------------------
-
-def train_settings(schedule: str | None = None, *, epochs: int | None = None,
-                   optimizer: str | None = None, lr: float | None = None) -> dict[str, Any]:
-    """Fields of :class:`focalcal.lab.train.TrainSettings` for a named schedule plus overrides.
-
-    Parameters
-    ----------
-    schedule : str or None
-        A key of :data:`focalcal.lab.train.SCHEDULES` (``"paper_cifar"``, ``"cpu_sgd"``, ...): the
-        optimiser, learning rate, momentum, weight decay and learning-rate schedule of a profile.
-        ``None`` or ``""``: no profile, the trainer's defaults.
-    epochs, optimizer, lr : optional
-        Override the profile's values when given. If ``epochs`` differs from the profile's, the
-        profile's step ``milestones`` are rescaled by ``epochs / profile_epochs`` (rounded, at
-        least 1), so that a shortened run keeps the proportions of the schedule (a cosine
-        schedule scales by itself).
-
-    Returns
-    -------
-    dict
-        For ``TrainSettings(**settings)`` (or ``train(..., **settings)``); always contains
-        ``epochs``.
-
-    Raises
-    ------
-    ValueError
-        Unknown ``schedule`` (the message lists the valid ones), or no ``epochs`` at all.
-    """
-    from .._validation import check_choice, check_int
-    from .train import SCHEDULES
-
-    base: dict[str, Any] = {}
-    if schedule:
-        check_choice(schedule, "schedule", tuple(SCHEDULES))
-        base = dict(SCHEDULES[schedule])
-    if epochs is not None:
-        epochs = check_int(epochs, "epochs")
-        if base.get("milestones") and base.get("epochs") and epochs != base["epochs"]:
-            scale = epochs / base["epochs"]
-            base["milestones"] = tuple(sorted({max(1, round(m * scale)) for m in base["milestones"]}))
-        base["epochs"] = epochs
-    if optimizer is not None:
-        base["optimizer"] = optimizer
-    if lr is not None:
-        base["lr"] = lr
-    if "epochs" not in base:
-        raise ValueError("epochs must be given (or a schedule that sets it); got schedule="
-                         f"{schedule!r}, epochs=None")
-    return base
-
-
-def subset_sizes(train_subset: int = 0, eval_subset: int = 0) -> dict[str, int] | None:
-    """The ``subset=`` argument of :func:`focalcal.lab.data.make_loaders` for the template's parameters.
-
-    ``train_subset`` caps the training split, ``eval_subset`` the validation and the test split;
-    ``0`` keeps a split whole. Returns ``None`` when nothing is capped.
-    """
-    from .._validation import check_int
-
-    sizes = {"train": check_int(train_subset, "train_subset", minimum=0),
-             "val": check_int(eval_subset, "eval_subset", minimum=0)}
-    sizes["test"] = sizes["val"]
-    sizes = {k: v for k, v in sizes.items() if v > 0}
-    return sizes or None
-
-
-# --------------------------------------------------------------------------------------------
-# executing one run
-# --------------------------------------------------------------------------------------------
-
-class RunError(RuntimeError):
-    """A template of a run stopped; the message is the template's name and the cell's error."""
-
-
-def _read_template(name: str) -> Any:
-    import jupytext
-
-    src = templates_dir() / f"{name}.md"
-    if not src.is_file():
-        raise FileNotFoundError(f"papermill template {src} is missing (templates_dir() is "
-                                f"{templates_dir()}; $FOCALCAL_NOTEBOOKS overrides it)")
-    return jupytext.read(src)
-
-
-def check_templates(runs: Iterable[RunSpec] = ()) -> dict[str, list[str]]:
-    """The parameters each template declares; raises ``FileNotFoundError`` (a template is
-    missing) or ``ValueError`` (not one ``parameters`` cell, or a parameter ``runs`` pass that
-    a template does not declare), once, before any run starts."""
-    from .template import assigned_names
-
-    declared = {}
-    for name in TEMPLATES:
-        cells = [c for c in _read_template(name).cells
-                 if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
-        if len(cells) != 1:
-            raise ValueError(f"papermill template {name} must have one cell tagged 'parameters'; "
-                             f"it has {len(cells)}")
-        declared[name] = assigned_names(cells[0].source)
-    for spec in runs:
-        for name, given in (("train_classifier", spec.train_parameters(Path())),
-                            ("posthoc_calibration", spec.posthoc_parameters(Path()))):
-            unknown = sorted(set(given) - set(declared[name]))
-            if unknown:
-                raise ValueError(f"run {spec.run_id} passes {', '.join(unknown)}, which template "
-                                 f"{name} does not declare; its parameters are {', '.join(declared[name])}")
-    return declared
-
-
-@contextmanager
-def _run_kernel(run_dir: Path) -> Iterator[Any]:
-    """A Python kernel started in ``run_dir`` for a run's templates, shut down on leaving."""
-    from jupyter_client.manager import AsyncKernelManager
-    from jupyter_core.utils import run_sync
-
-    km = AsyncKernelManager(kernel_name="python3")
-    run_sync(km.start_kernel)(cwd=str(run_dir))
-    try:
-        yield km
-    finally:
-        run_sync(km.shutdown_kernel)(now=True)
-
-
-def _reset_namespace(km: Any) -> None:
-    """Empty the kernel's namespace and input history and restart its cell count at 1 (IPython's
-    ``reset(new_session=True)``), so that the next template runs as in a new kernel; imported
-    modules stay loaded."""
-    from jupyter_core.utils import run_sync
-
-    async def reset() -> dict[str, Any]:
-        kc = km.client()
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=300)
-            return await kc.execute_interactive("get_ipython().reset(new_session=True)",
-                                                store_history=False, timeout=300,
-                                                output_hook=lambda msg: None)
-        finally:
-            kc.stop_channels()
-
-    reply = run_sync(reset)()
-    if reply["content"]["status"] != "ok":
-        raise RunError(f"could not reset the kernel between templates: {reply['content']}")
-
-
-def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any], km: Any = None) -> None:
-    import nbformat
-    import papermill as pm
-
-    nb = _read_template(name)
-    staged = run_dir / f".{name}.input.ipynb"
-    atomic_write_text(staged, nbformat.writes(nb))
-    partial = run_dir / f".{name}.partial.ipynb"
-    try:
-        # the cells' output goes on to this process's stdout and stderr (a run's run.log)
-        # start_timeout: papermill's 60 s default was too short for a kernel to start on 2 cores
-        # loaded 4-fold (a shrunk gpu sweep beside a running cpu sweep lost a run that way)
-        pm.execute_notebook(str(staged), str(partial), parameters=parameters, kernel_name="python3",
-                            progress_bar=False, cwd=str(run_dir), stdout_file=sys.stdout,
-                            stderr_file=sys.stderr, start_timeout=300, km=km)
-    except pm.PapermillExecutionError as err:
-        raise RunError(f"{name} stopped: {err.ename}: {err.evalue}") from err
-    finally:
-        staged.unlink(missing_ok=True)
-    os.replace(partial, run_dir / f"{name}.ipynb")
-
-
-def _remove_leftovers(run_dir: Path) -> None:
-    # What a killed attempt may have left: temporary files of atomic writes, papermill's staged
-    # and partial notebooks, and a calibration.json that must come from *this* attempt's
-    # posthoc_calibration (never read a stale one into result.json). The checkpoint, history and
-    # logits stay: the trainer resumes from them.
-    for pattern in (".*.tmp", ".*.partial.ipynb", ".*.input.ipynb", "calibration.json"):
-        for path in run_dir.glob(pattern):
-            path.unlink(missing_ok=True)
-
-
-def execute_run(spec: dict[str, Any] | RunSpec, out: str | os.PathLike) -> dict[str, Any]:
-    """Execute one run's templates in ``out/runs/<run>/`` and write its ``result.json`` last.
-
-    Returns the result record. A run whose ``result.json`` already exists is not executed again.
-    """
-    spec = spec if isinstance(spec, RunSpec) else RunSpec.from_dict(spec)
-    # absolute: the notebooks run with the run folder as their working directory
-    run_dir = Path(out).resolve() / "runs" / spec.run_id
-    result_path = run_dir / RESULT
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(run_dir)
-    atomic_write_json(run_dir / "spec.json", spec.to_dict())
-    t0 = time.perf_counter()
-    with _run_kernel(run_dir) as km:
-        _execute_template("train_classifier", run_dir, spec.train_parameters(run_dir), km)
-        _reset_namespace(km)
-        _execute_template("posthoc_calibration", run_dir, spec.posthoc_parameters(run_dir), km)
-    rows = json.loads((run_dir / "calibration.json").read_text())
-    record = {"run": spec.run_id, "spec": spec.to_dict(), "rows": rows,
-              "seconds": round(time.perf_counter() - t0, 2)}
-    atomic_write_json(result_path, record)
-    return record
-
+from . import runfolder
+from .profiles import PROFILES, get_profile
+from .runner import RunError, check_templates, execute_run
+from .spec import Loss, RunSpec
 
 # --------------------------------------------------------------------------------------------
 # the sweep
 # --------------------------------------------------------------------------------------------
 
 def pending(runs: Iterable[RunSpec], out: Path) -> list[RunSpec]:
-    return [r for r in runs if not (out / "runs" / r.run_id / RESULT).is_file()]
+    return [r for r in runs if not runfolder.finished(runfolder.run_path(out, r.run_id))]
 
 
 # Not focalcal.lab.sweep itself: under `python -m focalcal.lab.sweep` each run's process executes it again
@@ -318,9 +77,9 @@ def _run_child(spec: dict[str, Any], out: str, threads: int) -> None:
 
     # the kernels that papermill starts inherit this environment: the per-run thread budget
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), MPLBACKEND="Agg")
-    run_dir = Path(out).resolve() / "runs" / RunSpec.from_dict(spec).run_id
+    run_dir = runfolder.run_path(Path(out).resolve(), RunSpec.from_dict(spec).run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = os.open(run_dir / "run.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(runfolder.log_path(run_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(log, 1)
@@ -355,7 +114,7 @@ def _run_process(spec: RunSpec, out: Path, threads: int) -> tuple[RunSpec, int, 
                                       name=f"run {spec.run_id}")
     proc.start()
     proc.join()
-    log_path = out.resolve() / "runs" / spec.run_id / "run.log"
+    log_path = runfolder.log_path(runfolder.run_path(out.resolve(), spec.run_id))
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
     return spec, proc.exitcode, _cause(log) if proc.exitcode else ""
 
@@ -403,7 +162,7 @@ def _run_local(todo: list[RunSpec], out: Path, jobs: int, progress: bool) -> lis
             spec, rc, cause = fut.result()
             if rc != 0:
                 failures.append((spec, cause))
-                bar.write(f"FAILED {spec.run_id}: {cause} (log: {out / 'runs' / spec.run_id / 'run.log'})")
+                bar.write(f"FAILED {spec.run_id}: {cause} (log: {runfolder.log_path(runfolder.run_path(out, spec.run_id))})")
             bar.finished(spec)
     return failures
 
@@ -441,8 +200,7 @@ def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
     out = Path(out)
     wanted = None if runs is None else {r.run_id for r in runs}
     rows = []
-    for path in sorted((out / "runs").glob(f"*/{RESULT}")):
-        rec = json.loads(path.read_text())
+    for rec in runfolder.finished_records(out):
         if wanted is not None and rec["run"] not in wanted:
             continue
         spec = rec["spec"]
@@ -456,7 +214,7 @@ def collect(out: str | os.PathLike, runs: Iterable[RunSpec] | None = None):
     if len(table):
         front = ["run", "method"]
         table = table[front + [c for c in table.columns if c not in front]]
-    atomic_write_text(out / "results.csv", table.to_csv(index=False))
+    runfolder.write_results(out, table)
     return table
 
 
@@ -503,7 +261,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer; got {jobs!r}")
     runs = select_runs(profile, only, shrunk=shrunk)
-    out = default_out(profile, shrunk) if out is None else Path(out)
+    out = runfolder.default_out(profile, shrunk) if out is None else Path(out)
     todo = pending(runs, out)
     if todo:
         check_templates(todo)
@@ -523,7 +281,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     table = collect(out, runs)
     if failures:
         msg = "\n".join(f"- {s.run_id}: {cause}" for s, cause in failures)
-        logs = f"{out / 'runs'}/<run>/run.log" if executor == "local" else f"{out / 'submitit'}/<job>/"
+        logs = f"{runfolder.log_path(runfolder.run_path(out, '<run>'))}" if executor == "local" else f"{out / 'submitit'}/<job>/"
         raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (their logs: {logs}):\n{msg}")
     return table
 
@@ -533,15 +291,8 @@ def write_profile(out: str | os.PathLike, profile: str, *, shrunk: bool = False)
     description, and the run ids of each of its roles (:meth:`~focalcal.lab.profiles.Profile.roles`),
     which is how the book's pages find their runs (:func:`focalcal.lab.results.runs_for`)."""
     p = get_profile(profile, shrunk=shrunk)
-    path = Path(out) / PROFILE_FILE
-    atomic_write_json(path, {"profile": profile, "shrunk": shrunk, "description": p.description,
-                             "roles": p.roles()})
-    return path
-
-
-def default_out(profile: str, shrunk: bool = False) -> Path:
-    """``runs/<profile>``, or ``runs/<profile>-shrunk`` for the :func:`~focalcal.lab.profiles.shrink` version."""
-    return Path("runs", f"{profile}-shrunk" if shrunk else profile)
+    return runfolder.write_profile(out, {"profile": profile, "shrunk": shrunk,
+                                         "description": p.description, "roles": p.roles()})
 
 
 def _setting(value: Any) -> str:
@@ -580,7 +331,7 @@ def list_table(runs: Sequence[RunSpec], out: Path, roles: dict[str, list[str]] |
     train_keys, net_keys = varying(trains), varying(nets)
     rows = [("status", "role", "dataset", "network", "loss", "seed", *train_keys, *net_keys, "run")]
     for r, train, net in zip(runs, trains, nets):
-        done = "done" if (out / "runs" / r.run_id / RESULT).is_file() else "pending"
+        done = "done" if runfolder.finished(runfolder.run_path(out, r.run_id)) else "pending"
         rows.append((done, ",".join(role_of.get(r.run_id, ["-"])), r.dataset, r.model, loss_key(r.loss),
                      str(r.seed), *(_setting(train.get(k, "-")) for k in train_keys),
                      *(_setting(net.get(k, "-")) for k in net_keys), r.run_id))
@@ -609,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "training settings that differ between them) and exit")
     p.add_argument("--shrink", action="store_true",
                    help="run the profile's tiny version (1 epoch, a few batches, small networks; "
-                        "sweep.shrink): every code path of e.g. the gpu profile on a CPU in minutes "
+                        "profiles.shrink): every code path of e.g. the gpu profile on a CPU in minutes "
                         "(default --out: runs/<profile>-shrunk)")
     p.add_argument("--slurm-partition", default=None)
     p.add_argument("--slurm-time", type=int, default=None, metavar="MINUTES",
@@ -623,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="print what would run (with --executor slurm: each sbatch, its job array and "
                         "resources) and exit")
     args = p.parse_args(argv)
-    out = Path(args.out) if args.out is not None else default_out(args.profile, args.shrink)
+    out = Path(args.out) if args.out is not None else runfolder.default_out(args.profile, args.shrink)
     slurm = {key: value for key, value in (
         ("slurm_partition", args.slurm_partition), ("timeout_min", args.slurm_time),
         ("slurm_gpus_per_node", args.slurm_gpus), ("cpus_per_task", args.slurm_cpus),
@@ -648,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"{len(table)} result rows -> {out / 'results.csv'}")
+    print(f"{len(table)} result rows -> the results table of {out}")
     return 0
 
 

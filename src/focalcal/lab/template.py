@@ -8,7 +8,9 @@
   as the first line of what papermill shows;
 - :func:`default_run_dir` and :func:`latest_run`: a run's folder under ``runs/`` of the working
   directory when no ``out_dir`` or ``run_dir`` is given;
-- :func:`loss_parameters`: the ``loss_params`` JSON parameter as a dict.
+- :func:`loss_parameters`: the ``loss_params`` JSON parameter as a dict;
+- :func:`train_settings` and :func:`subset_sizes`: the training parameters as the trainer's
+  settings and the loaders' subset sizes.
 """
 
 from __future__ import annotations
@@ -21,10 +23,80 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .sweep import RunSpec, loss
+from . import runfolder
+from .spec import RunSpec, loss
 
 __all__ = ["check_parameters", "check_names", "reported_errors", "default_run_dir", "latest_run", "loss_parameters",
-           "assigned_names"]
+           "train_settings", "subset_sizes", "assigned_names"]
+
+
+# --------------------------------------------------------------------------------------------
+# what the train_classifier template turns its parameters into
+# --------------------------------------------------------------------------------------------
+
+def train_settings(schedule: str | None = None, *, epochs: int | None = None,
+                   optimizer: str | None = None, lr: float | None = None) -> dict[str, Any]:
+    """Fields of :class:`focalcal.lab.train.TrainSettings` for a named schedule plus overrides.
+
+    Parameters
+    ----------
+    schedule : str or None
+        A key of :data:`focalcal.lab.train.SCHEDULES` (``"paper_cifar"``, ``"cpu_sgd"``, ...): the
+        optimiser, learning rate, momentum, weight decay and learning-rate schedule of a profile.
+        ``None`` or ``""``: no profile, the trainer's defaults.
+    epochs, optimizer, lr : optional
+        Override the profile's values when given. If ``epochs`` differs from the profile's, the
+        profile's step ``milestones`` are rescaled by ``epochs / profile_epochs`` (rounded, at
+        least 1), so that a shortened run keeps the proportions of the schedule (a cosine
+        schedule scales by itself).
+
+    Returns
+    -------
+    dict
+        For ``TrainSettings(**settings)`` (or ``train(..., **settings)``); always contains
+        ``epochs``.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``schedule`` (the message lists the valid ones), or no ``epochs`` at all.
+    """
+    from .._validation import check_choice, check_int
+    from .train import SCHEDULES
+
+    base: dict[str, Any] = {}
+    if schedule:
+        check_choice(schedule, "schedule", tuple(SCHEDULES))
+        base = dict(SCHEDULES[schedule])
+    if epochs is not None:
+        epochs = check_int(epochs, "epochs")
+        if base.get("milestones") and base.get("epochs") and epochs != base["epochs"]:
+            scale = epochs / base["epochs"]
+            base["milestones"] = tuple(sorted({max(1, round(m * scale)) for m in base["milestones"]}))
+        base["epochs"] = epochs
+    if optimizer is not None:
+        base["optimizer"] = optimizer
+    if lr is not None:
+        base["lr"] = lr
+    if "epochs" not in base:
+        raise ValueError("epochs must be given (or a schedule that sets it); got schedule="
+                         f"{schedule!r}, epochs=None")
+    return base
+
+
+def subset_sizes(train_subset: int = 0, eval_subset: int = 0) -> dict[str, int] | None:
+    """The ``subset=`` argument of :func:`focalcal.lab.data.make_loaders` for the template's parameters.
+
+    ``train_subset`` caps the training split, ``eval_subset`` the validation and the test split;
+    ``0`` keeps a split whole. Returns ``None`` when nothing is capped.
+    """
+    from .._validation import check_int
+
+    sizes = {"train": check_int(train_subset, "train_subset", minimum=0),
+             "val": check_int(eval_subset, "eval_subset", minimum=0)}
+    sizes["test"] = sizes["val"]
+    sizes = {k: v for k, v in sizes.items() if v > 0}
+    return sizes or None
 
 
 def loss_parameters(loss_params: str) -> dict[str, Any]:
@@ -57,18 +129,19 @@ def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None =
                    int(parameters["seed"]),
                    tuple(sorted((k, parameters[k]) for k in _RUN_KEYS if parameters.get(k) is not None)),
                    model_params=tuple(sorted(json.loads(parameters.get("model_params") or "{}").items())))
-    return Path.cwd() / "runs" / spec.run_id if root is None else Path(root) / "runs" / spec.run_id
+    return runfolder.run_path(Path.cwd() if root is None else root, spec.run_id)
 
 
 def latest_run(root: str | os.PathLike | None = None) -> Path:
     """The run folder under ``<root>/runs/`` (default: the working directory) trained last;
     ``FileNotFoundError`` if there is none (no folder with a ``logits.pt``)."""
-    base = (Path.cwd() if root is None else Path(root)) / "runs"
-    done = sorted(base.glob("*/logits.pt"), key=lambda p: p.stat().st_mtime_ns)
+    base = runfolder.runs_root(Path.cwd() if root is None else root)
+    done = sorted((d for d in base.glob("*") if runfolder.logits_path(d).is_file()),
+                  key=lambda d: runfolder.logits_path(d).stat().st_mtime_ns)
     if not done:
         raise FileNotFoundError(f"no finished train_classifier run in {base}: run train_classifier "
                                 f"first, or pass run_dir")
-    return done[-1].parent
+    return done[-1]
 
 
 # papermill puts the parameters it was given into a cell of its own right after the parameters

@@ -35,10 +35,10 @@ which Komisarenko & Kull reuse) and cheap CPU ones: ``TrainSettings(**SCHEDULES[
 
 Files in ``out_dir``
 --------------------
-``checkpoint.pt`` (every state a resume needs), ``history.json`` (the per-epoch records), and at
-the end ``logits.pt`` (validation and test logits and labels), ``logits_epoch_<n>.pt`` for
-``TrainSettings.logits_epochs`` and ``config.json`` (the caller's ``config``, the trainer's
-settings, model, loss, data sizes, loader, ``hardware`` with the median throughput, versions).
+The checkpoint, the per-epoch history, the logits (at the end and after the epochs of
+``TrainSettings.logits_epochs``) and the record of the run (the caller's ``config``, the trainer's
+settings, model, loss, data sizes, loader, ``hardware`` with the median throughput, versions),
+written through :mod:`focalcal.lab.runfolder`, which owns their names and formats.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ from torch import nn
 from tqdm import tqdm
 
 from .._validation import check_choice, check_int, check_positive
-from .io import atomic_torch_save, atomic_write_json, torch_load
+from . import runfolder
+from .io import atomic_torch_save, torch_load
 from .models import count_parameters, last_linear
 from .records import (GRAD_NORM_EDGES, FeatureHook, evaluate, grad_norm_summary, hardware_record,
                       last_layer_grad_norms, loader_record, prediction_stats, prefixed, select_device,
@@ -361,10 +362,6 @@ def _json_normalise(obj: Any) -> Any:
         raise ValueError(f"config must be JSON-serialisable without NaN/inf: {err}") from err
 
 
-def _write_history(out: Path, history: list[dict[str, Any]]) -> None:
-    atomic_write_json(out / "history.json", {"grad_norm_edges": GRAD_NORM_EDGES, "records": history})
-
-
 @dataclass
 class _Loaders:
     train: Iterable
@@ -453,10 +450,7 @@ class Trainer:
             "amp_bf16": self.amp, "channels_last": self.channels_last,
             "deterministic": s.deterministic, "checkpoint_every": s.checkpoint_every,
             "n_bins": s.n_bins, "clip_grad_norm": s.clip_grad_norm,
-            # only when set: the records of runs without it stay byte-identical
-            **({"logits_epochs": list(s.logits_epochs)} if s.logits_epochs else {}),
-            **({"record_subset": s.record_subset} if s.record_subset else {}),
-            **({"compile": True} if s.compile else {}),
+            "logits_epochs": list(s.logits_epochs), "record_subset": s.record_subset, "compile": s.compile,
         }
 
     # ------------------------------------------------------------------------------ fit ---
@@ -535,7 +529,7 @@ class Trainer:
 
     @property
     def _checkpoint_path(self) -> Path | None:
-        return self.out / "checkpoint.pt" if self.out is not None else None
+        return runfolder.checkpoint_path(self.out) if self.out is not None else None
 
     def _restore_or_seed(self) -> int:
         """Load the checkpoint (returns the epochs it had done) or seed a fresh run (returns 0)."""
@@ -599,10 +593,10 @@ class Trainer:
             n = epoch + 1
             if n in self.settings.logits_epochs:
                 # before the checkpoint: a run killed between the two redoes the epoch and the file
-                self._save_logits(f"logits_epoch_{n}.pt", train=True)
+                self._save_logits(n, train=True)
             if n % self.settings.checkpoint_every == 0 or n == self.settings.epochs:
                 self._save_checkpoint(n)
-            _write_history(self.out, self.history)
+            runfolder.write_history(self.out, GRAD_NORM_EDGES, self.history)
 
     def _train_pass(self, epoch: int) -> _Epoch:
         """One pass over the training loader: a step per batch; the batches' logits kept."""
@@ -712,9 +706,9 @@ class Trainer:
             self.test_out = self._evaluate(self.loaders.test)
         val, test = self.val_out, self.test_out
         if self.out is not None:
-            self._save_logits("logits.pt")
+            self._save_logits(None)
             self._write_config()
-            _write_history(self.out, self.history)
+            runfolder.write_history(self.out, GRAD_NORM_EDGES, self.history)
             if not self.keep_checkpoint and self._checkpoint_path.is_file():
                 self._checkpoint_path.unlink()
         return TrainResult(
@@ -724,18 +718,18 @@ class Trainer:
             out_dir=self.out, device=str(self.device), resumed_from=self.resumed_from,
             settings=self.recorded_settings())
 
-    def _save_logits(self, name: str, *, train: bool = False) -> None:
-        """The latest evaluation's logits and labels, atomically, into ``out_dir/name``."""
+    def _save_logits(self, epoch: int | None, *, train: bool = False) -> None:
+        """The latest evaluation's logits and labels, atomically (:func:`runfolder.save_logits`)."""
         blob = {}
         for split, out in (("train", self.train_eval_out if train else None), ("val", self.val_out),
                            ("test", self.test_out)):
             if out is not None:
                 blob.update({f"{split}_logits": out[0], f"{split}_labels": out[1]})
-        atomic_torch_save(blob, self.out / name)
+        runfolder.save_logits(self.out, blob, epoch)
 
     def _write_config(self) -> None:
         ld = self.loaders
-        atomic_write_json(self.out / "config.json", _json_normalise({
+        runfolder.write_config(self.out, _json_normalise({
             "config": self.config, "trainer": self.recorded_settings(),
             "model": {"class": type(self.model).__name__, "parameters": count_parameters(self.model)},
             "loss": {"class": type(self.loss_fn).__name__, "repr": repr(self.loss_fn)},

@@ -25,13 +25,9 @@ is importable from here (``from focalcal.lab import results``); the modules, one
                  (``from focalcal.lab.results import calibrators``)
 ===============  =======================================================================================
 
-A run folder (written by the ``train_classifier`` template through
-:class:`focalcal.lab.train.Trainer` and by ``posthoc_calibration``)::
-
-    config.json        {"config": <the template's parameters>, "trainer": ..., "model": ..., ...}
-    history.json       {"grad_norm_edges": [...], "records": [one dict per epoch]}
-    logits.pt          val_logits (N_val, K), val_labels, test_logits (N_test, K), test_labels
-    calibration.json   one row per post-hoc method (:func:`calibrate`), written atomically
+A run folder is written by the ``train_classifier`` template (through
+:class:`focalcal.lab.train.Trainer`) and by ``posthoc_calibration``; its files and their formats
+belong to :mod:`focalcal.lab.runfolder`, which also reads them (:func:`load_run`).
 
 Post-hoc protocol (Komisarenko & Kull 2024, Sec. 5.1)
 -----------------------------------------------------

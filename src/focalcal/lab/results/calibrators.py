@@ -42,6 +42,7 @@ from ..io import atomic_write_json
 from . import released
 from .bootstrap import BootstrapInterval, ece_differences, paired_bootstrap, resample_counts, verdict
 from .protocol import training_gamma
+from .. import runfolder
 from .runs import load_run
 
 __all__ = ["METHODS", "ARGMAX_PRESERVING", "METRICS", "HIGHER_IS_BETTER", "BASELINE", "BOOTSTRAP_METRICS", "evaluate",
@@ -306,15 +307,13 @@ def run_result(run_dir: str | Path, *, cache: str | Path | None = None, n_resamp
     test logits, Psi with the training ``gamma`` (:func:`focalcal.lab.results.training_gamma`);
     cached by the sha256 of its ``logits.pt`` and its configuration."""
     d = Path(run_dir)
-    config = json.loads((d / "config.json").read_text())["config"]
-    digest = hashlib.sha256((d / "logits.pt").read_bytes()).hexdigest()
+    config = runfolder.read_config(d)["config"]
+    digest = hashlib.sha256(runfolder.logits_path(d).read_bytes()).hexdigest()
     key = {"logits": digest, "config": config, "n_resamples": n_resamples, "seed": seed}
 
     def compute() -> dict[str, Any]:
         run = load_run(d)
-        params = json.loads(config["loss_params"]) if isinstance(config.get("loss_params"), str) \
-            else config.get("loss_params", {})
-        gamma = training_gamma(config["loss"], params) or None
+        gamma = training_gamma(config["loss"], run.loss_params) or None
         return network_result(run.val_logits, run.val_labels, run.test_logits, run.test_labels, gamma=gamma,
                               n_resamples=n_resamples, seed=seed)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
 from ... import metrics
+from .. import runfolder
 from .protocol import FAMILIES, apply_calibration
 from .runs import Run, load_results, load_run
 
@@ -45,7 +45,7 @@ def synthetic_test_set(run: Run) -> SyntheticTestSet:
     from torch.utils.data import Subset
 
     from ..data import DATASETS, make_loaders
-    from ..sweep import subset_sizes
+    from ..template import subset_sizes
 
     name = run.config["dataset"]
     if name not in DATASETS or DATASETS[name].kind != "synthetic":
@@ -101,7 +101,7 @@ def posterior_kl(out: str | os.PathLike, results=None):
     param_cols = [c for c in results.columns if c.startswith("param_")]  # as collect() names them
     rows = []
     for _, r in runs.iterrows():
-        run = load_run(Path(out) / "runs" / r["run"])
+        run = load_run(runfolder.run_path(out, r["run"]))
         truth = synthetic_test_set(run)
         for row in run.calibration or []:
             kl = metrics.kl_to_posterior(logits=apply_calibration(row, run.test_logits), true_probs=truth.posterior)
