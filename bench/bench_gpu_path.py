@@ -49,7 +49,7 @@ def train_epochs(args, device: torch.device, on_device: bool) -> list[dict]:
     ld = make_loaders(args.dataset, args.batch_size, seed=0, subset=sub, eval_batch_size=args.eval_batch_size,
                       num_workers=0 if on_device or device.type == "cpu" else args.workers,
                       pin_memory=device.type == "cuda", device=device if on_device else None)
-    net = make_model(args.model, ld.info.num_classes, ld.info.in_channels, seed=0)
+    net = make_model(args.model, ld.info.n_classes, ld.info.in_channels, seed=0)
     settings = TrainSettings(epochs=args.epochs, optimizer="sgd", lr=0.05, device=device,
                              lr_schedule="constant", grad_norms=True)
     res = Trainer(net, make_loss(args.loss), settings, progress=False).fit(ld.train, val_loader=ld.val,

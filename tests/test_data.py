@@ -30,7 +30,7 @@ def _slow_posterior(task: GaussianMixture, x: np.ndarray) -> np.ndarray:
     """Bayes' rule with scipy densities, one class at a time."""
     mu, s, pi = task.means.numpy(), task.stds.numpy(), task.priors.numpy()
     joint = np.stack([pi[k] * scipy.stats.multivariate_normal(mu[k], s[k] ** 2 * np.eye(task.dim)).pdf(x)
-                      for k in range(task.num_classes)], axis=-1)
+                      for k in range(task.n_classes)], axis=-1)
     return joint / joint.sum(-1, keepdims=True)
 
 
@@ -51,7 +51,7 @@ def test_posterior_matches_scipy(dtype):
 
 def test_charoenphakdee_task_values():
     task = charoenphakdee_1d_task()
-    assert task.num_classes == 3 and task.dim == 1
+    assert task.n_classes == 3 and task.dim == 1
     eta0 = task.posterior(torch.tensor([[0.0]], dtype=torch.float64))[0]
     assert eta0[1].item() == pytest.approx(1 / (1 + 2 * math.exp(-2)), rel=1e-12)
     assert eta0[0].item() == pytest.approx(eta0[2].item(), rel=1e-12)
@@ -74,7 +74,7 @@ def test_posterior_extreme_inputs_finite(dtype):
 @given(st.floats(-50, 50), st.integers(0, 10_000))
 @settings(max_examples=30, deadline=None)
 def test_posterior_rows_sum_to_one(x0, seed):
-    task = gaussian_mixture_task(num_classes=5, dim=3, seed=seed)
+    task = gaussian_mixture_task(n_classes=5, dim=3, seed=seed)
     x = torch.full((4, 3), x0, dtype=torch.float64)
     eta = task.posterior(x)
     assert torch.allclose(eta.sum(-1), torch.ones(4, dtype=torch.float64), atol=1e-12)
@@ -127,16 +127,16 @@ def test_samples_follow_the_model():
 
 
 def test_synthetic_splits_deterministic_and_independent():
-    a = get_dataset("gaussian_mixture", split="train", n=200, seed=1, num_classes=4, dim=3)
-    b = get_dataset("gaussian_mixture", split="train", n=200, seed=1, num_classes=4, dim=3)
-    c = get_dataset("gaussian_mixture", split="test", n=200, seed=1, num_classes=4, dim=3)
-    d = get_dataset("gaussian_mixture", split="train", n=200, seed=2, num_classes=4, dim=3)
+    a = get_dataset("gaussian_mixture", split="train", n=200, seed=1, n_classes=4, dim=3)
+    b = get_dataset("gaussian_mixture", split="train", n=200, seed=1, n_classes=4, dim=3)
+    c = get_dataset("gaussian_mixture", split="test", n=200, seed=1, n_classes=4, dim=3)
+    d = get_dataset("gaussian_mixture", split="train", n=200, seed=2, n_classes=4, dim=3)
     assert torch.equal(a.x, b.x) and torch.equal(a.targets, b.targets)
     assert not torch.equal(a.x, c.x) and not torch.equal(a.x, d.x)
     assert a.x.shape == (200, 3) and a.posterior.shape == (200, 4) and a.x.dtype == torch.float32
     assert a.posterior.dtype == torch.float64
     # the stored posterior is the task's posterior at the stored inputs
-    task = gaussian_mixture_task(num_classes=4, dim=3)
+    task = gaussian_mixture_task(n_classes=4, dim=3)
     assert torch.allclose(task.posterior(a.x.double()), a.posterior, atol=1e-5)
     x, y = a[0]
     assert x.shape == (3,) and y.dtype == torch.int64
@@ -157,8 +157,8 @@ def test_gaussian_mixture_task_is_seeded():
     a, b = gaussian_mixture_task(seed=4), gaussian_mixture_task(seed=4)
     assert torch.equal(a.means, b.means)
     assert not torch.equal(a.means, gaussian_mixture_task(seed=5).means)
-    with pytest.raises(ValueError, match="num_classes"):
-        gaussian_mixture_task(num_classes=1)
+    with pytest.raises(ValueError, match="n_classes"):
+        gaussian_mixture_task(n_classes=1)
 
 
 # ============================================================================= registry, API ===
@@ -181,7 +181,7 @@ def test_bad_split_and_keywords():
 
 def test_dataset_info():
     assert DATASETS["cifar10"].input_shape == (3, 32, 32) and DATASETS["cifar10"].in_channels == 3
-    assert DATASETS["cifar100"].num_classes == 100 and DATASETS["tiny_imagenet"].num_classes == 200
+    assert DATASETS["cifar100"].n_classes == 100 and DATASETS["tiny_imagenet"].n_classes == 200
     assert DATASETS["fashion_mnist"].in_channels == 1
     assert DATASETS["gaussian_mixture"].in_channels == 2
 
@@ -486,7 +486,7 @@ def test_data_root_env(tmp_path, monkeypatch):
 # ==================================================================================== loaders ===
 
 def test_make_loaders_shapes_order_and_subset():
-    kw = dict(n=300, num_classes=4, dim=3)
+    kw = dict(n=300, n_classes=4, dim=3)
     a = make_loaders("gaussian_mixture", 32, seed=7, **kw)
     b = make_loaders("gaussian_mixture", 32, seed=7, **kw)
     c = make_loaders("gaussian_mixture", 32, seed=8, **kw)
@@ -498,7 +498,7 @@ def test_make_loaders_shapes_order_and_subset():
     # evaluation loaders are not shuffled and use the larger default batch
     xv, yv = next(iter(a.val))
     assert xv.shape == (256, 3) and torch.equal(yv, a.val.dataset.targets[:256])
-    assert a.info.num_classes == 4
+    assert a.info.n_classes == 4
     s = make_loaders("gaussian_mixture", 16, subset={"train": 50}, **kw)
     assert (len(s.train.dataset), len(s.val.dataset), len(s.test.dataset)) == (50, 300, 300)
     s = make_loaders("gaussian_mixture", 16, subset=20, **kw)
@@ -583,13 +583,13 @@ def test_device_loader_unaugmented_batches_equal_the_dataloaders():
         for (xa, ya), (xb, yb) in zip(ref, dev):
             assert torch.equal(xa, xb) and torch.equal(ya, yb)
     # a synthetic task's items (with the posterior) are stacked as they are
-    syn = D.get_dataset("gaussian_mixture", split="val", n=30, num_classes=3, dim=2, return_posterior=True)
+    syn = D.get_dataset("gaussian_mixture", split="val", n=30, n_classes=3, dim=2, return_posterior=True)
     for a, b in zip(torch.utils.data.DataLoader(syn, batch_size=7), D.DeviceLoader(syn, 7, device="cpu")):
         assert len(a) == len(b) == 3 and all(torch.equal(u, v) for u, v in zip(a, b))
 
 
 def test_device_loader_shuffles_every_epoch_and_drops_last():
-    ds = D.get_dataset("gaussian_mixture", split="train", n=50, num_classes=3, dim=2)
+    ds = D.get_dataset("gaussian_mixture", split="train", n=50, n_classes=3, dim=2)
     loader = D.DeviceLoader(ds, 8, device="cpu", shuffle=True, drop_last=True,
                             generator=torch.Generator().manual_seed(0))
     epochs = [torch.cat([y for _, y in loader]) for _ in range(2)]
@@ -602,7 +602,7 @@ def test_device_loader_shuffles_every_epoch_and_drops_last():
 
 
 def test_make_loaders_on_a_device_and_the_bad_transform():
-    ld = D.make_loaders("gaussian_mixture", 16, seed=0, n=64, num_classes=3, dim=2, device="cpu",
+    ld = D.make_loaders("gaussian_mixture", 16, seed=0, n=64, n_classes=3, dim=2, device="cpu",
                         train_eval=True)
     assert all(isinstance(x, D.DeviceLoader) for x in (ld.train, ld.val, ld.test, ld.train_eval))
     assert len(ld.train.dataset) == 64 and ld.train.batch_size == 16 and ld.val.batch_size == 256

@@ -59,7 +59,7 @@ def test_resnet50_tiny_has_2x2_pooled_head():
     assert count_parameters(m) == 23_520_842 - (2048 * 10 + 10) + (8192 * 200 + 200)
 
 
-def _wrn_count(depth: int, k: int, num_classes: int) -> int:
+def _wrn_count(depth: int, k: int, n_classes: int) -> int:
     n = (depth - 2) // 6
     total = 3 * 9 * 16 + _bn(16)
     w_in = 16
@@ -70,7 +70,7 @@ def _wrn_count(depth: int, k: int, num_classes: int) -> int:
         first = 9 * w_in * w + _bn(w) + 9 * w * w + _bn(w) + projection
         total += first + (n - 1) * (2 * 9 * w * w + 2 * _bn(w))
         w_in = w
-    return total + w_in * num_classes + num_classes
+    return total + w_in * n_classes + n_classes
 
 
 def test_wide_resnet_26_10_count_by_formula():
@@ -147,9 +147,9 @@ def test_make_model_unknown_name_lists_valid():
     assert "densenet121" in str(err.value)
 
 
-@pytest.mark.parametrize("kw", [{"num_classes": 1}, {"in_channels": 0}])
+@pytest.mark.parametrize("kw", [{"n_classes": 1}, {"in_channels": 0}])
 def test_make_model_bad_sizes(kw):
-    args = {"num_classes": 10, "in_channels": 1, **kw}
+    args = {"n_classes": 10, "in_channels": 1, **kw}
     with pytest.raises(ValueError, match=next(iter(kw))):
         make_model("cnn", **args)
 

@@ -79,7 +79,7 @@ def test_registry_lists_the_17_networks():
     assert {n.loss for n in nets} == {"Brier", "FLSD-53", "cross-entropy", "dual focal", "KDE-XE", "AURC"}
     for net in nets:
         assert net.splits in (("val", "test"), ("train", "test"), ("test",))
-        assert net.num_classes == (100 if net.dataset == "cifar100" else 10)
+        assert net.n_classes == (100 if net.dataset == "cifar100" else 10)
         plotting.color(net.loss)  # every training loss has its book colour
         for files in net.files.values():
             for f in files:
@@ -112,7 +112,7 @@ def test_loads_from_a_local_directory(shared_data_root, tmp_path, monkeypatch, e
     _copy_network(shared_data_root, tmp_path / "data", name)
     net = D.RELEASED[name]
     z, y = D.released_logits(name, "test", root=tmp_path / "data", download=False)
-    assert z.shape == (10000, net.num_classes) and z.dtype == torch.float64 and y.dtype == torch.int64
+    assert z.shape == (10000, net.n_classes) and z.dtype == torch.float64 and y.dtype == torch.int64
     monkeypatch.setenv(D.LOGITS_ROOT_ENV, str(tmp_path / "data"))  # the same through the variable
     z2, y2 = D.released_logits(name, "test", download=False)
     assert torch.equal(z, z2) and torch.equal(y, y2)

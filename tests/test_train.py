@@ -21,7 +21,7 @@ from focalcal.lab.train import (GRAD_NORM_EDGES, PAPER_SCHEDULE, SCHEDULES, Loss
                                 TrainSettings, prediction_stats, select_device, train)
 from focalcal.losses import make_loss
 
-DATA = dict(n=192, num_classes=3, dim=2, separation=2.0)
+DATA = dict(n=192, n_classes=3, dim=2, separation=2.0)
 
 
 def _loaders(seed=0, batch_size=32):
@@ -624,7 +624,7 @@ def _host_reads_of_a_fit(monkeypatch, n_batches, **settings):
             count[0] += 1
             return _method(self, *args, **kwargs)
         monkeypatch.setattr(torch.Tensor, name, counted)
-    ld = make_loaders("gaussian_mixture", 16, seed=0, n=16 * n_batches, num_classes=3, dim=2)
+    ld = make_loaders("gaussian_mixture", 16, seed=0, n=16 * n_batches, n_classes=3, dim=2)
     net = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3))
     # F.cross_entropy and SGD read nothing back (focalcal's losses check their input, which reads
     # the labels' range and the loss; Adam reads its CPU step counter)

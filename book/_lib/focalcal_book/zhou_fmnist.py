@@ -577,7 +577,7 @@ def initial_network_state(*, seed: int = 0, n: int | None = None, profile: str =
     train = dict(run.train)
     loaders = make_loaders(run.dataset, train["batch_size"] if n is None else n, seed=seed,
                            subset=template.subset_sizes(train.get("train_subset", 0), train.get("eval_subset", 0)))
-    net = make_model(run.model, loaders.info.num_classes, loaders.info.in_channels, seed=seed,
+    net = make_model(run.model, loaders.info.n_classes, loaders.info.in_channels, seed=seed,
                      **_json.loads(_json.dumps(dict(run.model_params))))
     x, y = next(iter(loaders.train))
     net.train()

@@ -52,20 +52,20 @@ class MLP(nn.Module):
     ----------
     in_features : int
         Input dimension ``d`` (inputs of shape ``(N, *)`` are flattened to ``(N, d)``).
-    num_classes : int
+    n_classes : int
     hidden : sequence of int
         Hidden widths; the default two hidden layers make the "three-layer MLP" of Charoenphakdee
         et al. (2021), Sec. 5.2 (whose widths the paper does not state).
     """
 
-    def __init__(self, in_features: int, num_classes: int, hidden: Sequence[int] = (128, 128)) -> None:
+    def __init__(self, in_features: int, n_classes: int, hidden: Sequence[int] = (128, 128)) -> None:
         super().__init__()
         widths = [check_int(in_features, "in_features")] + [check_int(h, "hidden") for h in hidden]
         layers: list[nn.Module] = [nn.Flatten()]
         for a, b in zip(widths[:-1], widths[1:]):
             layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
         self.features = nn.Sequential(*layers)
-        self.fc = nn.Linear(widths[-1], check_int(num_classes, "num_classes", minimum=2))
+        self.fc = nn.Linear(widths[-1], check_int(n_classes, "n_classes", minimum=2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(N, *)`` -> logits ``(N, K)``."""
@@ -78,7 +78,7 @@ class SmallCNN(nn.Module):
     Inputs of another size are average-pooled to 7x7 after the convolutions, so shapes still fit.
     """
 
-    def __init__(self, num_classes: int = 10, in_channels: int = 1, width: int = 32,
+    def __init__(self, n_classes: int = 10, in_channels: int = 1, width: int = 32,
                  hidden: int = 128) -> None:
         super().__init__()
         c = check_int(width, "width")
@@ -89,7 +89,7 @@ class SmallCNN(nn.Module):
             nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(),
             nn.Linear(2 * c * 49, check_int(hidden, "hidden")), nn.ReLU(inplace=True),
         )
-        self.fc = nn.Linear(hidden, check_int(num_classes, "num_classes", minimum=2))
+        self.fc = nn.Linear(hidden, check_int(n_classes, "n_classes", minimum=2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(N, C, 28, 28)`` -> logits ``(N, K)``."""
@@ -105,7 +105,7 @@ def _stem(in_channels: int, out_channels: int) -> nn.Conv2d:
 _RESNET_LAYERS = {50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 110: [3, 4, 26, 3], 152: [3, 8, 36, 3]}
 
 
-def cifar_resnet(depth: int = 50, num_classes: int = 10, in_channels: int = 3,
+def cifar_resnet(depth: int = 50, n_classes: int = 10, in_channels: int = 3,
                  pool_size: int = 1) -> nn.Module:
     """Bottleneck ResNet for 32x32 (or 64x64) inputs: torchvision's ResNet, 3x3 stem, no max-pool.
 
@@ -121,12 +121,12 @@ def cifar_resnet(depth: int = 50, num_classes: int = 10, in_channels: int = 3,
     if depth not in _RESNET_LAYERS:
         raise ValueError(f"depth must be one of {sorted(_RESNET_LAYERS)}, got {depth!r}")
     ps = check_int(pool_size, "pool_size")
-    model = ResNet(Bottleneck, _RESNET_LAYERS[depth], num_classes=check_int(num_classes, "num_classes", 2))
+    model = ResNet(Bottleneck, _RESNET_LAYERS[depth], num_classes=check_int(n_classes, "n_classes", 2))
     model.conv1 = _stem(check_int(in_channels, "in_channels"), 64)
     model.maxpool = nn.Identity()
     if ps != 1:
         model.avgpool = nn.AdaptiveAvgPool2d(ps)
-        model.fc = nn.Linear(2048 * ps * ps, num_classes)
+        model.fc = nn.Linear(2048 * ps * ps, n_classes)
     return model
 
 
@@ -138,7 +138,7 @@ class WideResNet(nn.Module):
     1, 2, 2; a 1x1 conv + BN projection where the shape changes), global average pooling, linear.
     """
 
-    def __init__(self, depth: int = 26, width: int = 10, num_classes: int = 10,
+    def __init__(self, depth: int = 26, width: int = 10, n_classes: int = 10,
                  in_channels: int = 3) -> None:
         super().__init__()
         from torchvision.models.resnet import BasicBlock
@@ -161,7 +161,7 @@ class WideResNet(nn.Module):
             planes_in = planes
         self.layer1, self.layer2, self.layer3 = stages
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(planes_in, check_int(num_classes, "num_classes", minimum=2))
+        self.fc = nn.Linear(planes_in, check_int(n_classes, "n_classes", minimum=2))
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -176,12 +176,12 @@ class WideResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def wide_resnet(depth: int = 26, width: int = 10, num_classes: int = 10, in_channels: int = 3) -> WideResNet:
+def wide_resnet(depth: int = 26, width: int = 10, n_classes: int = 10, in_channels: int = 3) -> WideResNet:
     """:class:`WideResNet` (default: WRN-26-10 of Mukhoti et al.)."""
-    return WideResNet(depth, width, num_classes, in_channels)
+    return WideResNet(depth, width, n_classes, in_channels)
 
 
-def densenet121(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
+def densenet121(n_classes: int = 10, in_channels: int = 3) -> nn.Module:
     """torchvision's DenseNet-121 adapted to 32x32: 3x3 stride-1 stem, no stem norm/ReLU/max-pool.
 
     With these changes the network is the papers' (kuangliu) DenseNet-121 layer for layer: dense
@@ -189,7 +189,7 @@ def densenet121(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
     global pooling of the 4x4 map, linear; 6 956 298 parameters for 10 classes.
     """
     from torchvision.models import densenet121 as tv_densenet121
-    model = tv_densenet121(weights=None, num_classes=check_int(num_classes, "num_classes", minimum=2))
+    model = tv_densenet121(weights=None, num_classes=check_int(n_classes, "n_classes", minimum=2))
     model.features.conv0 = _stem(check_int(in_channels, "in_channels"), 64)
     model.features.norm0 = nn.Identity()
     model.features.relu0 = nn.Identity()
@@ -215,23 +215,23 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def _mlp(num_classes: int, in_channels: int, in_features: int | None = None,
+def _mlp(n_classes: int, in_channels: int, in_features: int | None = None,
          hidden: int | Sequence[int] = (128, 128)) -> nn.Module:
     # a sweep's JSON model_params give a list, or a single width as a number
     widths = (hidden,) if isinstance(hidden, int) else tuple(hidden)
-    return MLP(in_channels if in_features is None else in_features, num_classes, widths)
+    return MLP(in_channels if in_features is None else in_features, n_classes, widths)
 
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": _mlp,
-    "cnn": lambda num_classes, in_channels, **kw: SmallCNN(num_classes, in_channels, **kw),
-    "resnet50": lambda num_classes, in_channels, **kw: cifar_resnet(50, num_classes, in_channels, **kw),
-    "resnet110": lambda num_classes, in_channels, **kw: cifar_resnet(110, num_classes, in_channels, **kw),
-    "resnet50_tiny": lambda num_classes, in_channels, **kw: cifar_resnet(
-        50, num_classes, in_channels, pool_size=kw.pop("pool_size", 2), **kw),
-    "wide_resnet26_10": lambda num_classes, in_channels, **kw: wide_resnet(
-        kw.pop("depth", 26), kw.pop("width", 10), num_classes, in_channels, **kw),
-    "densenet121": lambda num_classes, in_channels, **kw: densenet121(num_classes, in_channels, **kw),
+    "cnn": lambda n_classes, in_channels, **kw: SmallCNN(n_classes, in_channels, **kw),
+    "resnet50": lambda n_classes, in_channels, **kw: cifar_resnet(50, n_classes, in_channels, **kw),
+    "resnet110": lambda n_classes, in_channels, **kw: cifar_resnet(110, n_classes, in_channels, **kw),
+    "resnet50_tiny": lambda n_classes, in_channels, **kw: cifar_resnet(
+        50, n_classes, in_channels, pool_size=kw.pop("pool_size", 2), **kw),
+    "wide_resnet26_10": lambda n_classes, in_channels, **kw: wide_resnet(
+        kw.pop("depth", 26), kw.pop("width", 10), n_classes, in_channels, **kw),
+    "densenet121": lambda n_classes, in_channels, **kw: densenet121(n_classes, in_channels, **kw),
 }
 #: the networks of :data:`MODELS` as prose names them (the papers' names; the book's pages use them)
 MODEL_TITLES: dict[str, str] = {
@@ -240,15 +240,15 @@ MODEL_TITLES: dict[str, str] = {
 }
 
 
-def make_model(name: str, num_classes: int, in_channels: int = 3, *, seed: int | None = None,
+def make_model(name: str, n_classes: int, in_channels: int = 3, *, seed: int | None = None,
                **kwargs: Any) -> nn.Module:
-    """Build a network of :data:`MODELS`; it maps inputs to logits of shape ``(N, num_classes)``.
+    """Build a network of :data:`MODELS`; it maps inputs to logits of shape ``(N, n_classes)``.
 
     Parameters
     ----------
     name : str
         A key of :data:`MODELS`.
-    num_classes : int
+    n_classes : int
     in_channels : int
         Image channels; for ``"mlp"`` the input dimension ``d`` unless ``in_features`` is given
         (``DATASETS[name].in_channels`` is right for both).
@@ -262,10 +262,10 @@ def make_model(name: str, num_classes: int, in_channels: int = 3, *, seed: int |
     """
     if name not in MODELS:
         raise ValueError(f"name must be one of {', '.join(repr(n) for n in MODELS)}; got {name!r}")
-    num_classes = check_int(num_classes, "num_classes", minimum=2)
+    n_classes = check_int(n_classes, "n_classes", minimum=2)
     in_channels = check_int(in_channels, "in_channels")
     if seed is None:
-        return MODELS[name](num_classes, in_channels, **kwargs)
+        return MODELS[name](n_classes, in_channels, **kwargs)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return MODELS[name](num_classes, in_channels, **kwargs)
+        return MODELS[name](n_classes, in_channels, **kwargs)

@@ -121,7 +121,7 @@ class DeviceLoader:
     --------
     >>> import torch
     >>> from focalcal.lab.data import DeviceLoader, get_dataset
-    >>> ds = get_dataset("gaussian_mixture", split="val", n=10, num_classes=3, dim=2)
+    >>> ds = get_dataset("gaussian_mixture", split="val", n=10, n_classes=3, dim=2)
     >>> x, y = next(iter(DeviceLoader(ds, 4, device="cpu")))
     >>> x.shape, y.tolist() == ds.targets[:4].tolist()
     (torch.Size([4, 2]), True)
@@ -297,11 +297,11 @@ def make_loaders(name: str, batch_size: int = 128, *, root: str | os.PathLike | 
             num_workers=num_workers, worker_init_fn=seed_worker if num_workers else None,
             pin_memory=bool(pin_memory), drop_last=drop_last and is_train,
             persistent_workers=False)
-    # synthetic tasks take num_classes= / dim=: report what was built, not the registry default
+    # synthetic tasks take n_classes= / dim=: report what was built, not the registry default
     built = loaders["test"].dataset
     built = getattr(built, "dataset", built)
-    if hasattr(built, "num_classes") and hasattr(built, "input_shape"):
-        info = dataclasses.replace(info, num_classes=built.num_classes,
+    if hasattr(built, "n_classes") and hasattr(built, "input_shape"):
+        info = dataclasses.replace(info, n_classes=built.n_classes,
                                    input_shape=tuple(built.input_shape))
     clean = None
     if train_eval:

@@ -23,7 +23,7 @@ class DatasetInfo:
 
     name: str
     kind: str                       #: "synthetic" or "image"
-    num_classes: int
+    n_classes: int
     input_shape: tuple[int, ...]    #: per-sample shape, ``(d,)`` or ``(C, H, W)``
     splits: str                     #: sizes of train / val / test and where val comes from
     builder: Callable[..., Dataset] = field(repr=False)
@@ -56,7 +56,7 @@ DATASETS: dict[str, DatasetInfo] = {
         "the 1-D three-class task"),
     "gaussian_mixture": DatasetInfo(
         "gaussian_mixture", "synthetic", 10, (2,),
-        "10 000 / 5 000 / 10 000 independent draws; num_classes=, dim= change K and d",
+        "10 000 / 5 000 / 10 000 independent draws; n_classes=, dim= change K and d",
         _synthetic(gaussian_mixture_task), "the Gaussian mixture"),
     "fashion_mnist": DatasetInfo(
         "fashion_mnist", "image", 10, (1, 28, 28),
@@ -109,7 +109,7 @@ def get_dataset(name: str, root: str | os.PathLike | None = None, split: str = "
     **kwargs
         Image datasets: ``val_size`` (count or fraction; Tiny-ImageNet: ``val_per_class``) and
         ``split_seed`` (default 1) to change the split. Synthetic tasks: ``n`` (samples), ``seed``,
-        ``dtype``, ``return_posterior`` and the task's parameters (``num_classes``, ``dim``,
+        ``dtype``, ``return_posterior`` and the task's parameters (``n_classes``, ``dim``,
         ``separation``, ``std``, ``priors`` for ``"gaussian_mixture"``).
 
     Returns

@@ -89,7 +89,7 @@ class ReleasedNetwork:
         return tuple(self.files)
 
     @property
-    def num_classes(self) -> int:
+    def n_classes(self) -> int:
         return 100 if self.dataset == "cifar100" else 10
 
     @property

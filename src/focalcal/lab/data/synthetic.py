@@ -67,7 +67,7 @@ class GaussianMixture:
         self.means, self.stds, self.priors = mu, s, p
 
     @property
-    def num_classes(self) -> int:
+    def n_classes(self) -> int:
         return int(self.means.shape[0])
 
     @property
@@ -129,7 +129,7 @@ class GaussianMixture:
         return x, y
 
     def __repr__(self) -> str:
-        return (f"GaussianMixture(K={self.num_classes}, d={self.dim}, "
+        return (f"GaussianMixture(K={self.n_classes}, d={self.dim}, "
                 f"stds={self.stds.tolist()}, priors={self.priors.tolist()})")
 
 
@@ -145,14 +145,14 @@ def charoenphakdee_1d_task() -> GaussianMixture:
     return GaussianMixture(means=[[-2.0], [0.0], [2.0]], stds=1.0)
 
 
-def gaussian_mixture_task(num_classes: int = 10, dim: int = 2, separation: float = 2.0,
+def gaussian_mixture_task(n_classes: int = 10, dim: int = 2, separation: float = 2.0,
                           std: float = 1.0, priors: Any = None, seed: int = 0) -> GaussianMixture:
     """A ``K``-class isotropic Gaussian mixture with seeded random means.
 
     The means are i.i.d. ``N(0, separation^2 I_d)`` draws from ``numpy.random.default_rng(seed)``,
     so the task is a pure function of its arguments; ``separation / std`` sets the Bayes error.
     """
-    k = check_int(num_classes, "num_classes", minimum=2)
+    k = check_int(n_classes, "n_classes", minimum=2)
     d = check_int(dim, "dim", minimum=1)
     sep = check_positive(separation, "separation")
     check_positive(std, "std")
@@ -193,7 +193,7 @@ class SyntheticDataset(Dataset):
         self.targets = y
         self.posterior = task.posterior(x)
         self.return_posterior = return_posterior
-        self.num_classes = task.num_classes
+        self.n_classes = task.n_classes
         self.input_shape = (task.dim,)
 
     def __len__(self) -> int:
