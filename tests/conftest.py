@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import shutil
@@ -58,12 +57,11 @@ def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
     """A digest of what a sweep run executes: every ``.py`` file under ``base`` (the library and the
     lab) and the papermill templates, by relative path and content (not by time stamp, so a checkout
     or a touch alone does not count as a change)."""
+    from focalcal.lab.results.released import source_digest
+
     files = sorted(p for p in base.rglob("*")
                    if p.is_file() and (p.suffix == ".py" or (p.suffix == ".md" and p.parent.name == "templates")))
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return source_digest(files, base)
 
 
 @pytest.fixture(scope="session")

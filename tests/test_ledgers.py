@@ -14,7 +14,6 @@ an unchanged chapter is not executed twice; ``FOCALCAL_LEDGER_CACHE=0`` executes
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -45,15 +44,12 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _digest(page: str) -> str:
-    h = hashlib.sha256()
-    h.update((THEORY / f"{page}.md").read_bytes())
-    for base in (ROOT / "src" / "focalcal", ROOT / "book" / "_lib" / "focalcal_book"):
-        for p in sorted(base.rglob("*.py")):
-            h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    for pkg in PACKAGES:
-        h.update(f"{pkg}=={metadata.version(pkg)}\0".encode())
-    h.update(f"python {sys.version_info[:2]}".encode())
-    return h.hexdigest()[:16]
+    from focalcal.lab.results.released import source_digest
+
+    files = [THEORY / f"{page}.md"] + [p for base in (ROOT / "src" / "focalcal", ROOT / "book" / "_lib" / "focalcal_book")
+                                       for p in sorted(base.rglob("*.py"))]
+    return source_digest(files, ROOT, extra=[*(f"{pkg}=={metadata.version(pkg)}" for pkg in PACKAGES),
+                                             f"python {sys.version_info[:2]}"])
 
 
 def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:

@@ -204,11 +204,13 @@ def test_smoke_folder_is_keyed_by_the_code(tmp_path):
     assert key == code_key(ROOT / "src" / "focalcal")
     (src / "__init__.py").touch()
     (src / "lab" / "notes.txt").write_text("not code")
-    assert code_key(src) == key  # time stamps and other files do not count
-    for path in (src / "lab" / "templates" / "train_classifier.md", src / "lab" / "results" / "tables.py",
-                 src / "__init__.py"):
+    (src / "lab" / "results" / "tables.py").write_text((src / "lab" / "results" / "tables.py").read_text()
+                                                       + "# a comment\n")
+    assert code_key(src) == key  # time stamps, comments and other files do not count
+    for path, added in ((src / "lab" / "templates" / "train_classifier.md", "\n"),
+                        (src / "lab" / "results" / "tables.py", "_X = 1\n"), (src / "__init__.py", "_X = 1\n")):
         before = code_key(src)
-        path.write_text(path.read_text() + "\n")
+        path.write_text(path.read_text() + added)
         assert code_key(src) != before, path
 
 
@@ -295,6 +297,40 @@ def test_a_runs_templates_share_a_kernel_not_a_namespace(tmp_path):
     assert done[1].cells[0].outputs[0]["text"].split() == [pid, "False", "False", "True", str(tmp_path)]
     assert [nb.cells[0].execution_count for nb in done] == [1, 1]
     assert not km.has_kernel  # shut down on leaving
+
+
+@pytest.mark.notebooks
+def test_a_kernel_kept_across_runs_computes_what_fresh_kernels_do(tmp_path):
+    # the local workers keep one kernel for many runs, reset and moved between them; a run must
+    # not see its predecessor: the same logits, records and post-hoc rows to the bit as a run in a
+    # kernel of its own, whatever ran before it
+    import torch
+
+    first, second = [spec.Block(["gaussian_mixture"], ["mlp"], [lo], [0],
+                                train={"train_subset": 600, "eval_subset": 300, "batch_size": 64,
+                                       "schedule": "cpu_adam", "device": "cpu", "epochs": 2},
+                                posthoc={"fts_temperatures": 10}).expand()[0]
+                     for lo in (spec.loss("focal", gamma=2.0), spec.loss("ce"))]
+    kernel = runner.Kernel()
+    try:
+        for run in (first, second):
+            runner.execute_run(run, tmp_path / "kept", kernel)
+        km = kernel.km
+        assert km is not None and km.has_kernel  # one kernel, still up for the next run
+    finally:
+        kernel.close()
+    for run in (second, first):  # each alone, in the other order
+        runner.execute_run(run, tmp_path / "fresh")
+    for run in (first, second):
+        kept, fresh = (runfolder.run_path(tmp_path / d, run.run_id) for d in ("kept", "fresh"))
+        a, b = runfolder.read_logits(kept), runfolder.read_logits(fresh)
+        assert all(torch.equal(a[k], b[k]) for k in a), run.run_id
+        drop = ("time_s", "throughput")
+        strip = lambda records: [{k: v for k, v in r.items() if k not in drop} for r in records]  # noqa: E731
+        assert strip(runfolder.read_history(kept)) == strip(runfolder.read_history(fresh))
+        assert runfolder.read_calibration(kept) == runfolder.read_calibration(fresh)
+        nb = json.loads(runfolder.notebook_path(kept, "train_classifier").read_text())
+        assert [c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code"][0] == 1
 
 
 # --------------------------------------------------------------------------- SIGKILL + resume ---

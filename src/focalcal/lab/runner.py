@@ -26,7 +26,7 @@ from . import runfolder
 from .io import atomic_write_text
 from .spec import RunSpec
 
-__all__ = ["TEMPLATES", "templates_dir", "RunError", "check_templates", "execute_run"]
+__all__ = ["TEMPLATES", "templates_dir", "RunError", "check_templates", "Kernel", "execute_run"]
 
 TEMPLATES = ("train_classifier", "posthoc_calibration")
 
@@ -100,26 +100,60 @@ def _run_kernel(run_dir: Path) -> Iterator[Any]:
         run_sync(km.shutdown_kernel)(now=True)
 
 
-def _reset_namespace(km: Any) -> None:
+class Kernel:
+    """A kernel kept for many runs (the sweep's local workers): started on first use, in the
+    first run's folder, and started again if it died; :func:`execute_run` moves it to each run's
+    folder and resets it. Its process-level output (not the cells') goes where the process's was
+    when it started."""
+
+    def __init__(self) -> None:
+        self.km: Any = None
+
+    def for_run(self, run_dir: Path) -> Any:
+        from jupyter_client.manager import AsyncKernelManager
+        from jupyter_core.utils import run_sync
+
+        if self.km is not None and not run_sync(self.km.is_alive)():
+            self.close()
+        if self.km is None:
+            self.km = AsyncKernelManager(kernel_name="python3")
+            run_sync(self.km.start_kernel)(cwd=str(run_dir))
+        return self.km
+
+    def close(self) -> None:
+        from jupyter_core.utils import run_sync
+
+        if self.km is not None and self.km.has_kernel:
+            run_sync(self.km.shutdown_kernel)(now=True)
+        self.km = None
+
+
+def _reset_namespace(km: Any, cwd: Path | None = None) -> None:
     """Empty the kernel's namespace and input history and restart its cell count at 1 (IPython's
     ``reset(new_session=True)``), so that the next template runs as in a new kernel; imported
-    modules stay loaded."""
+    modules stay loaded. With ``cwd`` (a new run in a kept kernel) also close every figure,
+    collect garbage and change to ``cwd``, leaving no name behind."""
     from jupyter_core.utils import run_sync
+
+    code = "get_ipython().reset(new_session=True)"
+    if cwd is not None:
+        code += ("\n__import__('sys').modules.get('matplotlib.pyplot') and "
+                 "__import__('sys').modules['matplotlib.pyplot'].close('all')"
+                 f"\n__import__('gc').collect()\n__import__('os').chdir({str(cwd)!r})")
 
     async def reset() -> dict[str, Any]:
         kc = km.client()
         kc.start_channels()
         try:
             await kc.wait_for_ready(timeout=300)
-            return await kc.execute_interactive("get_ipython().reset(new_session=True)",
-                                                store_history=False, timeout=300,
+            return await kc.execute_interactive(code, store_history=False, timeout=300,
                                                 output_hook=lambda msg: None)
         finally:
             kc.stop_channels()
 
     reply = run_sync(reset)()
     if reply["content"]["status"] != "ok":
-        raise RunError(f"could not reset the kernel between templates: {reply['content']}")
+        raise RunError(f"could not reset the kernel: {reply['content']}")
 
 
 def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any], km: Any = None) -> None:
@@ -144,10 +178,19 @@ def _execute_template(name: str, run_dir: Path, parameters: dict[str, Any], km: 
     os.replace(partial, runfolder.notebook_path(run_dir, name))
 
 
-def execute_run(spec: dict[str, Any] | RunSpec, out: str | os.PathLike) -> dict[str, Any]:
-    """Execute one run's templates in ``out/runs/<run>/`` and write its ``result.json`` last.
+def _run_templates(spec: RunSpec, run_dir: Path, km: Any) -> None:
+    _execute_template("train_classifier", run_dir, spec.train_parameters(run_dir), km)
+    _reset_namespace(km)
+    _execute_template("posthoc_calibration", run_dir, spec.posthoc_parameters(run_dir), km)
 
-    Returns the result record. A run whose ``result.json`` already exists is not executed again.
+
+def execute_run(spec: dict[str, Any] | RunSpec, out: str | os.PathLike, kernel: Kernel | None = None
+                ) -> dict[str, Any]:
+    """Execute one run's templates in its run folder of ``out`` and write its result record last.
+
+    Returns the result record. A run that finished is not executed again. The templates run in
+    ``kernel`` (kept across runs; reset and moved to the run's folder first) or, without one, in
+    a kernel of their own.
     """
     spec = spec if isinstance(spec, RunSpec) else RunSpec.from_dict(spec)
     # absolute: the notebooks run with the run folder as their working directory
@@ -158,10 +201,13 @@ def execute_run(spec: dict[str, Any] | RunSpec, out: str | os.PathLike) -> dict[
     runfolder.remove_leftovers(run_dir)
     runfolder.write_spec(run_dir, spec.to_dict())
     t0 = time.perf_counter()
-    with _run_kernel(run_dir) as km:
-        _execute_template("train_classifier", run_dir, spec.train_parameters(run_dir), km)
-        _reset_namespace(km)
-        _execute_template("posthoc_calibration", run_dir, spec.posthoc_parameters(run_dir), km)
+    if kernel is None:
+        with _run_kernel(run_dir) as km:
+            _run_templates(spec, run_dir, km)
+    else:
+        km = kernel.for_run(run_dir)
+        _reset_namespace(km, cwd=run_dir)
+        _run_templates(spec, run_dir, km)
     rows = runfolder.read_calibration(run_dir)
     if rows is None:
         raise RunError("posthoc_calibration finished without writing its rows")

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +48,17 @@ def pending(runs: Iterable[RunSpec], out: Path) -> list[RunSpec]:
     return [r for r in runs if not runfolder.finished(runfolder.run_path(out, r.run_id))]
 
 
-# Not focalcal.lab.sweep itself: under `python -m focalcal.lab.sweep` each run's process executes it again
+# Not focalcal.lab.sweep itself: under `python -m focalcal.lab.sweep` each worker process executes it again
 # as its main module, and runpy warns when that module is already imported.
 _PRELOAD = ("focalcal.lab.io", "papermill", "jupytext", "nbformat")
 _CONTEXT = None
 
 
 def _process_context():
-    # One process per run (a crash, leak or kill stays inside it), forked from a fork server that
-    # has imported papermill and torch once: a run then starts in milliseconds instead of paying
-    # about 3 s of imports, a sixth of a smoke run. The server is single-threaded, so forking it
-    # is safe (forking this multi-threaded parent would not be); "spawn" where there is no fork.
+    # Worker processes forked from a fork server that has imported papermill and torch once: a
+    # worker then starts in milliseconds instead of paying about 3 s of imports. The server is
+    # single-threaded, so forking it is safe (forking this multi-threaded parent would not be);
+    # "spawn" where there is no fork.
     global _CONTEXT
     if _CONTEXT is None:
         import multiprocessing
@@ -71,31 +71,52 @@ def _process_context():
     return _CONTEXT
 
 
-def _run_child(spec: dict[str, Any], out: str, threads: int) -> None:
-    """Body of a run's process: execute the run, its output going to ``<run>/run.log``."""
+_CAUSE = "error: "
+
+
+def _one_line(err: BaseException) -> str:
+    return str(err) if isinstance(err, RunError) else f"{type(err).__name__}: {err}"
+
+
+def _worker_main(conn: Any, out: str, threads: int) -> None:
+    """Body of a local worker: execute the runs it is sent, one after the other, in one kernel
+    kept across them (:class:`focalcal.lab.runner.Kernel`), each run's output in its run log;
+    answer ``(0, "")`` or ``(1, cause)`` per run, stop on ``None`` or when the sweep is gone."""
     import traceback
 
-    # the kernels that papermill starts inherit this environment: the per-run thread budget
+    from .runner import Kernel
+
+    # the kernel inherits this environment: the per-run thread budget
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), MPLBACKEND="Agg")
-    run_dir = runfolder.run_path(Path(out).resolve(), RunSpec.from_dict(spec).run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = os.open(runfolder.log_path(run_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    kernel = Kernel()
     try:
-        execute_run(spec, out)
-    except Exception as err:  # noqa: BLE001 - reported in run.log, ended by the exit status
-        traceback.print_exc()
-        # the last line of the log: what the parent reports
-        print(f"{_CAUSE}{err if isinstance(err, RunError) else f'{type(err).__name__}: {err}'}",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
-
-
-_CAUSE = "error: "
+        while True:
+            try:
+                spec = conn.recv()
+            except EOFError:  # the sweep is gone
+                return
+            if spec is None:
+                return
+            run_dir = runfolder.run_path(Path(out).resolve(), RunSpec.from_dict(spec).run_id)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            log = os.open(runfolder.log_path(run_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+            try:
+                execute_run(spec, out, kernel)
+                answer = (0, "")
+            except Exception as err:  # noqa: BLE001 - reported in the run's log and to the sweep
+                traceback.print_exc()
+                print(f"{_CAUSE}{_one_line(err)}", file=sys.stderr, flush=True)
+                answer = (1, _one_line(err))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.send(answer)
+    finally:
+        kernel.close()
 
 
 def _cause(log: str) -> str:
@@ -105,18 +126,46 @@ def _cause(log: str) -> str:
     return causes[-1] if causes else (lines[-1] if lines else "no output")
 
 
-def _run_process(spec: RunSpec, out: Path, threads: int) -> tuple[RunSpec, int, str]:
-    import importlib
+class _Worker:
+    """A local worker process and its end of the pipe (:func:`_worker_main`)."""
 
-    # the target by its module name, so that it pickles the same under `python -m focalcal.lab.sweep`
-    target = importlib.import_module("focalcal.lab.sweep")._run_child
-    proc = _process_context().Process(target=target, args=(spec.to_dict(), str(out), threads),
-                                      name=f"run {spec.run_id}")
-    proc.start()
-    proc.join()
-    log_path = runfolder.log_path(runfolder.run_path(out.resolve(), spec.run_id))
-    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    return spec, proc.exitcode, _cause(log) if proc.exitcode else ""
+    def __init__(self, out: Path, threads: int) -> None:
+        import importlib
+
+        ctx = _process_context()
+        self.conn, child = ctx.Pipe()
+        # the target by its module name, so that it pickles the same under `python -m focalcal.lab.sweep`
+        target = importlib.import_module("focalcal.lab.sweep")._worker_main
+        self.proc = ctx.Process(target=target, args=(child, str(out), threads), name="sweep worker")
+        self.proc.start()
+        child.close()
+
+    def run(self, spec: RunSpec, out: Path) -> tuple[int, str]:
+        """Execute ``spec``; ``(exit status, cause)``. A worker that died is not used again."""
+        try:
+            self.conn.send(spec.to_dict())
+            while not self.conn.poll(1.0):
+                if not self.proc.is_alive():
+                    raise EOFError
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join()
+            log_path = runfolder.log_path(runfolder.run_path(out.resolve(), spec.run_id))
+            log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+            return (self.proc.exitcode or 1), f"the worker died (exit {self.proc.exitcode}): {_cause(log)}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+        self.proc.join()
+        self.conn.close()
 
 
 class _Progress:
@@ -154,16 +203,57 @@ class _Progress:
 
 
 def _run_local(todo: list[RunSpec], out: Path, jobs: int, progress: bool) -> list[tuple[RunSpec, str]]:
+    # ``jobs`` workers, each executing runs one after the other in one kernel kept across them
+    # (a run's kernel start and imports, about 3.5 s, paid once per worker); a worker that died
+    # is replaced for the next run
+    import queue as queue_
+
     threads = max(1, (os.cpu_count() or 1) // jobs)
+    waiting: queue_.Queue = queue_.Queue()
+    for spec in todo:
+        waiting.put(spec)
+    done: queue_.Queue = queue_.Queue()
+
+    def slot() -> None:
+        worker = None
+        try:
+            while True:
+                try:
+                    spec = waiting.get_nowait()
+                except queue_.Empty:
+                    return
+                try:
+                    if worker is None:
+                        worker = _Worker(out, threads)
+                    rc, cause = worker.run(spec, out)
+                except Exception as err:  # noqa: BLE001 - the run fails, the sweep goes on
+                    rc, cause = 1, f"could not run it in a worker: {_one_line(err)}"
+                if worker is not None and not worker.alive:
+                    worker = None
+                done.put((spec, rc, cause))
+        finally:
+            if worker is not None:
+                worker.stop()
+
     failures = []
     with ThreadPoolExecutor(max_workers=jobs) as pool, _Progress(len(todo), progress) as bar:
-        futures = [pool.submit(_run_process, r, out, threads) for r in todo]
-        for fut in as_completed(futures):
-            spec, rc, cause = fut.result()
+        slots = [pool.submit(slot) for _ in range(min(jobs, len(todo)))]
+        for _ in todo:
+            while True:
+                try:
+                    spec, rc, cause = done.get(timeout=5)
+                    break
+                except queue_.Empty:
+                    if all(f.done() for f in slots) and done.empty():
+                        for f in slots:
+                            f.result()  # a slot's own error, else:
+                        raise RuntimeError("the sweep's workers stopped before every run was done")
             if rc != 0:
                 failures.append((spec, cause))
                 bar.write(f"FAILED {spec.run_id}: {cause} (log: {runfolder.log_path(runfolder.run_path(out, spec.run_id))})")
             bar.finished(spec)
+        for fut in slots:
+            fut.result()
     return failures
 
 
@@ -243,14 +333,15 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     with ``shrunk``: the profile's :func:`~focalcal.lab.profiles.shrink` version, e.g. the gpu profile's runs on a CPU in
     minutes); ``only`` (an ``fnmatch`` pattern on the run id) restricts the sweep to the runs it
     matches.
-    ``executor="local"`` runs ``jobs`` runs at a time, each in its own process (started by
-    the fork server of ``multiprocessing``, its output in ``<run>/run.log``), with
+    ``executor="local"`` runs ``jobs`` runs at a time in ``jobs`` worker processes (started by
+    the fork server of ``multiprocessing``), each executing its runs one after the other in one
+    kernel kept across them and reset between them (each run's output in its run log), with
     ``cpu_count // jobs`` threads per run; ``"slurm"`` submits the runs through submitit as job
     arrays (:mod:`focalcal.lab.slurm`; ``slurm`` holds submitit's parameters, e.g.
     ``{"timeout_min": 60, "slurm_partition": "gpu", "slurm_array_parallelism": 8}``;
     ``submitit_cluster="local"`` runs them as local processes, for tests). A script that calls
     this function must do so under ``if __name__ == "__main__":``, as multiprocessing requires
-    (each run's process imports the main module again). The templates are checked
+    (each worker process imports the main module again). The templates are checked
     (:func:`check_templates`) before any run starts.
 
     Raises ``RuntimeError`` listing the failed runs with their causes (after the others finished

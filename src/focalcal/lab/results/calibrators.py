@@ -263,9 +263,8 @@ def network_result(fit_logits: torch.Tensor, fit_labels: torch.Tensor, eval_logi
 def code_digest() -> str:
     """:func:`focalcal.lab.results.released.code_digest` and this module's code (its syntax tree
     without docstrings): what a cached :func:`network_result` depends on."""
-    h = hashlib.sha256(released.code_digest().encode())
-    h.update(released._code_text(Path(__file__)))
-    return h.hexdigest()[:16]
+    here = Path(__file__)
+    return released.source_digest([here], here.parent, extra=[released.code_digest()])
 
 
 def cached_json(cache: str | Path | None, kind: str, name: str, key: Mapping[str, Any],

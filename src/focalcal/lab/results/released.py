@@ -317,19 +317,30 @@ def _code_text(path: Path) -> bytes:
     return ast.dump(tree).encode()
 
 
+def source_digest(files: Iterable[Path], base: Path, extra: Iterable[str] = ()) -> str:
+    """The one code digest of the project's caches (the calibrator and released-network rows here,
+    the tests' smoke sweeps and executed chapters): ``files`` by their path relative to ``base``
+    and their content, a Python file by its syntax tree without docstrings (:func:`_code_text`:
+    editing documentation invalidates nothing), any other file by its bytes; then the strings of
+    ``extra`` (package versions, say). 16 hex digits."""
+    h = hashlib.sha256()
+    for p in files:
+        p = Path(p)
+        text = _code_text(p) if p.suffix == ".py" else p.read_bytes()
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + text + b"\0")
+    for item in extra:
+        h.update(item.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def code_digest() -> str:
-    """Digest of the code a cached row depends on: the library's modules (not the losses, the plots
-    or the lab) and the lab modules of the protocols, by relative path and syntax tree without
-    docstrings (:func:`_code_text`)."""
+    """Digest of the code a cached row depends on (:func:`source_digest`): the library's modules
+    (not the losses, the plots or the lab) and the lab modules of the protocols."""
     base = Path(__file__).resolve().parents[2]  # .../focalcal
     skip = ("lab", "losses")
     files = sorted(p for p in base.rglob("*.py")
                    if p.relative_to(base).parts[0] not in skip and p.name != "plotting.py")
-    files += [base / f for f in _CODE_FILES]
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.relative_to(base).as_posix().encode() + b"\0" + _code_text(p) + b"\0")
-    return h.hexdigest()[:16]
+    return source_digest(files + [base / f for f in _CODE_FILES], base)
 
 
 def _json_safe(value: Any) -> Any:
