@@ -342,7 +342,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
     ``submitit_cluster="local"`` runs them as local processes, for tests). A script that calls
     this function must do so under ``if __name__ == "__main__":``, as multiprocessing requires
     (each worker process imports the main module again). The templates are checked
-    (:func:`check_templates`) before any run starts.
+    (:func:`focalcal.lab.runner.check_templates`) before any run starts.
 
     Raises ``RuntimeError`` listing the failed runs with their causes (after the others finished
     and the table of the finished ones was written).
@@ -379,7 +379,7 @@ def run_sweep(profile: str, out: str | os.PathLike | None = None, *, executor: s
 
 def write_profile(out: str | os.PathLike, profile: str, *, shrunk: bool = False) -> Path:
     """Write ``out/profile.json``: which profile the folder holds (``profile``, ``shrunk``), its
-    description, and the run ids of each of its roles (:meth:`~focalcal.lab.profiles.Profile.roles`),
+    description, and the run ids of each of its roles (:meth:`~focalcal.lab.spec.Profile.roles`),
     which is how the book's pages find their runs (:func:`focalcal.lab.results.runs_for`)."""
     p = get_profile(profile, shrunk=shrunk)
     return runfolder.write_profile(out, {"profile": profile, "shrunk": shrunk,

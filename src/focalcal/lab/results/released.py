@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -304,10 +305,17 @@ _CODE_FILES = ("lab/results/released.py", "lab/results/bootstrap.py", "lab/resul
                "lab/data/released.py", "lab/data/published.py")
 
 
+# CPython 3.11's parser keeps its recursion depth in interpreter state: ast.parse from several
+# threads at once can fail with "AST constructor recursion depth mismatch" (the tests digest the
+# chapters from a thread pool)
+_PARSE_LOCK = threading.Lock()
+
+
 def _code_text(path: Path) -> bytes:
     """What a module computes: its syntax tree without docstrings (comments, layout and line numbers
     are not in the tree), so that editing documentation does not invalidate the cache."""
-    tree = ast.parse(path.read_text())
+    with _PARSE_LOCK:
+        tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
