@@ -121,7 +121,7 @@ def default_run_dir(parameters: dict[str, Any], root: str | os.PathLike | None =
     """Where ``train_classifier`` puts a run when no ``out_dir`` is given: ``<root>/runs/<run id>``.
 
     ``parameters`` are the template's (``dataset``, ``model``, ``loss``, ``loss_params`` as JSON,
-    ``seed`` and the training settings); the id is :attr:`RunSpec.run_id` of that run, so runs
+    ``seed`` and the training settings); the id is :attr:`focalcal.lab.spec.RunSpec.run_id` of that run, so runs
     with other parameters land in other folders. ``root`` defaults to the working directory.
     """
     spec = RunSpec(parameters["dataset"], parameters["model"],
