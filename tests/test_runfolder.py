@@ -100,6 +100,9 @@ def test_a_run_as_a_page_reads_it(tmp_path):
     assert run.n_classes == 3 and run.calibration is None and run.curvature is None
     assert run.saved_epochs == [2, 10]  # in numeric order, not by name
     assert torch.equal(run.logits_at(2)["train_logits"], run.val_logits)
+    # an epoch without its own file: the final logits for the last epoch, nothing for another
+    assert "train_logits" not in runfolder.logits_after(d, 12, last=12)
+    assert runfolder.logits_after(d, 5, last=12) is None
     assert runfolder.read_history(d) == [{"epoch": 1, "train_loss": 1.0}] == run.history
     assert runfolder.grad_norm_edges(d) == [0.0, 1.0]
     with pytest.raises(FileNotFoundError, match="epoch 5"):

@@ -172,14 +172,12 @@ def prefix_histories(out: str | Path, histories):
         config = runfolder.read_config(run_dir)["config"]
         subset = int(config.get("record_subset") or 0)
         last = int(rows["epoch"].max())
-        saved = runfolder.saved_epochs(run_dir)
         for i, r in rows.iterrows():
             if not subset or r["test_n"] <= subset:
                 continue
-            epoch = int(r["epoch"])
-            if epoch not in saved and epoch != last:
+            blob = runfolder.logits_after(run_dir, int(r["epoch"]), last)
+            if blob is None:
                 continue
-            blob = runfolder.read_logits(run_dir, epoch if epoch in saved else None)
             for split in ("val", "test"):
                 stats = prediction_stats(blob[f"{split}_logits"][:subset], blob[f"{split}_labels"][:subset])
                 for k in _STATS:

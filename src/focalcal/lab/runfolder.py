@@ -43,7 +43,7 @@ import torch
 from .io import atomic_torch_save, atomic_write_json, atomic_write_text, torch_load
 
 __all__ = ["FORMAT", "run_id", "default_out", "run_path", "runs_root", "Run", "load_run", "read_config",
-           "write_config", "read_history", "write_history", "grad_norm_edges", "logits_path", "save_logits", "read_logits",
+           "write_config", "read_history", "write_history", "grad_norm_edges", "logits_path", "save_logits", "read_logits", "logits_after",
            "saved_epochs", "checkpoint_path", "read_calibration", "write_calibration", "read_result",
            "write_result", "finished", "finished_records", "remove_leftovers", "write_spec", "read_curvature", "write_curvature", "log_path",
            "notebook_path", "read_results", "write_results", "read_profile", "write_profile",
@@ -171,6 +171,14 @@ def read_logits(run_dir: str | os.PathLike, epoch: int | None = None) -> dict[st
                                 + ("the run has not finished" if epoch is None else
                                    f"epoch {epoch} is not among the run's saved epochs {saved_epochs(run_dir)}"))
     return torch_load(path)
+
+
+def logits_after(run_dir: str | os.PathLike, epoch: int, last: int) -> dict[str, torch.Tensor] | None:
+    """The logits and labels saved after ``epoch``: its epoch file, else the final logits when
+    ``epoch`` is the run's ``last``; ``None`` when the run kept neither."""
+    if epoch in saved_epochs(run_dir):
+        return read_logits(run_dir, epoch)
+    return read_logits(run_dir) if epoch == last else None
 
 
 def saved_epochs(run_dir: str | os.PathLike) -> list[int]:
@@ -372,11 +380,11 @@ class Run:
         return saved_epochs(self.run_dir)
 
     def logits_at(self, epoch: int) -> dict[str, torch.Tensor]:
-        """The logits and labels saved after ``epoch`` (the final ones for the last epoch when
-        no epoch file was kept)."""
-        if epoch not in self.saved_epochs and epoch == int(self.config.get("epochs", -1)):
-            return read_logits(self.run_dir)
-        return read_logits(self.run_dir, epoch)
+        """:func:`logits_after` ``epoch`` of this run (its last epoch: ``config["epochs"]``)."""
+        blob = logits_after(self.run_dir, epoch, int(self.config.get("epochs", -1)))
+        if blob is None:
+            return read_logits(self.run_dir, epoch)  # the message names the saved epochs
+        return blob
 
     @property
     def curvature(self) -> dict[str, Any] | None:
