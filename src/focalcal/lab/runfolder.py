@@ -380,7 +380,7 @@ class Run:
         return saved_epochs(self.run_dir)
 
     def logits_at(self, epoch: int) -> dict[str, torch.Tensor]:
-        """:func:`logits_after` ``epoch`` of this run (its last epoch: ``config["epochs"]``)."""
+        """:func:`focalcal.lab.runfolder.logits_after` ``epoch`` of this run (its last epoch: ``config["epochs"]``)."""
         blob = logits_after(self.run_dir, epoch, int(self.config.get("epochs", -1)))
         if blob is None:
             return read_logits(self.run_dir, epoch)  # the message names the saved epochs

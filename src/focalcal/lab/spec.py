@@ -57,6 +57,7 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
+        """The run's folder name: :func:`focalcal.lab.runfolder.run_id` of ``to_dict()`` and the loss's name."""
         return runfolder.run_id(self.to_dict(), self.loss.display)
 
     def to_dict(self) -> dict[str, Any]:
