@@ -50,3 +50,24 @@ def test_other_settings_names_what_a_page_leaves_out(tmp_path):
                            "CIFAR-10 on Wide-ResNet-26-10 and CIFAR-100 on Wide-ResNet-26-10; this page shows")
     assert other_settings(tmp_path, "comparison", table, runs_for(tmp_path, "comparison", table)) == ""
     assert other_settings(tmp_path, "length", table, runs_for(tmp_path, "length", table, setting="first")) == ""
+
+
+def test_glue_values_glues_names_as_a_list_and_flags_as_words(monkeypatch):
+    import numpy as np
+    import torch
+    from IPython.display import Markdown
+
+    import myst_nb
+
+    from focalcal_book.pages import glue_values
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda key, value, display=True: glued.__setitem__(key, value))
+    glue_values(losses=["cross-entropy", "focal (gamma=3)"], none=[], index=pd.Index(["a", "b"]), flag=True,
+                off=np.bool_(False), count=np.int64(3), value=torch.tensor(0.5), text="as is")
+    md = {k: v.data for k, v in glued.items() if isinstance(v, Markdown)}
+    assert md == {"losses": "cross-entropy, focal (gamma=3)", "none": "none", "index": "a, b", "flag": "yes",
+                  "off": "no"}
+    assert glued["count"] == 3 and type(glued["count"]) is int
+    assert glued["value"] == 0.5 and type(glued["value"]) is float
+    assert glued["text"] == "as is"

@@ -170,21 +170,25 @@ def test_paired_lower_counts_seeds_of_each_run():
         paired_lower(pd.DataFrame(rows), "focal TS (ECE)", "TS (ECE)", column="brier")
 
 
-def test_search_sentence_says_whether_the_line_found_the_optimum(over_confident):
+def test_search_table_says_whether_the_line_found_the_optimum(over_confident):
     import dataclasses
 
-    from focalcal_book.selection_surface import line_tex, search_sentence
+    from focalcal_book.selection_surface import OUTCOMES, line_tex, search_table
 
     z, y = over_confident
     s = selection_surface(z, y, criterion="nll", gammas=GAMMAS, temperatures=TEMPS)
     same = dataclasses.replace(s, line_pick=s.grid_pick.copy())
-    assert "found the grid's optimum itself" in search_sentence(same)
     worse = dataclasses.replace(s, line_pick=s.grid_pick + np.array([0.5, 0.2, 0.01]))
-    text = search_sentence(worse)
-    assert text.startswith("- on the validation NLL") and "missed the grid's optimum" in text
-    assert "a gap of +0.01 nats" in text and f"({s.n_line} pairs against the grid's {s.n_grid})" in text
     better = dataclasses.replace(s, line_pick=s.grid_pick + np.array([0.1, 0.0, -0.001]))
-    assert "found a better pair than the grid's optimum" in search_sentence(better)
+    tied = dataclasses.replace(s, line_pick=s.grid_pick + np.array([0.1, 0.0, 0.0]))
+    table = search_table([same, worse, better, tied])
+    assert table["outcome"].tolist() == [OUTCOMES[i] for i in (0, 3, 1, 2)]
+    assert table["criterion"].tolist() == ["NLL"] * 4
+    assert table.loc[1, "gap"] == pytest.approx(0.01) and table.loc[2, "gap"] == pytest.approx(-0.001)
+    assert table.loc[1, "line_gamma"] == pytest.approx(s.grid_pick[0] + 0.5)
+    assert (table["line_pairs"] == s.n_line).all() and (table["grid_pairs"] == s.n_grid).all()
+    ece = selection_surface(z, y, criterion="ece_mass", gammas=GAMMAS, temperatures=TEMPS)
+    assert search_table([ece]).loc[0, "grid_score"] == pytest.approx(100 * ece.grid_pick[2])   # percent
     assert line_tex(0.8, -0.25) == "$T = 0.80 - 0.25\\,\\gamma_{ev}$"
 
 

@@ -20,6 +20,7 @@ verdicts on their qualitative claims:
   :mod:`focalcal_book.verdicts`'s: paired seeds, :func:`~focalcal_book.verdicts.majority` for
   "broadly" and "mostly", :func:`~focalcal_book.verdicts.every_step` for "throughout training",
   :func:`~focalcal_book.verdicts.combine` over the parts of a claim);
+- :data:`RULES`, :func:`claims`: every claim of the page, its rule, verdict and evidence;
 - :func:`plot_split_curves` (Fig. 2), :func:`plot_band_curves` (Figs. 3, 10),
   :func:`plot_grad_norm_hists` (Fig. 4b-d), :func:`plot_train_reliability` (Fig. 1).
 
@@ -38,7 +39,8 @@ import torch
 
 from focalcal.lab import profiles, runfolder
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, TRAINED_FRACTION,
-                                    combine, compare_ranges, every_step, majority, paired, spread_text, untrained)
+                                    combine, compare_ranges, every_step, gate, majority, paired, spread_text,
+                                    untested, untrained)
 
 __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE", "BASELINE_T_LOW",
            "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table",
@@ -46,7 +48,7 @@ __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE"
            "prefix_histories", "late_epochs", "nll_rise", "rise", "late_mean", "final_stat", "grad_norm_medians",
            "compare_seeds", "against_ce", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
            "at_least_verdict", "rise_after_drop", "scaled_epochs", "plot_split_curves", "plot_band_curves",
-           "plot_grad_norm_hists", "plot_train_reliability"]
+           "plot_grad_norm_hists", "plot_train_reliability", "RULES", "ECE_CASES", "claims"]
 
 
 def _find(name: str, gamma: float | None = None) -> str:
@@ -638,3 +640,86 @@ def plot_train_reliability(out: str | Path, run_id: str, label: str, *, n_bins: 
         ax.title.set_fontsize(9)
     plt.setp(axes[1], ylim=(0, 100))
     return fig, rows
+
+
+# --------------------------------------------------------------------------------------------
+# the page's claims
+# --------------------------------------------------------------------------------------------
+
+#: the rule each of the page's claims is tested by (Markdown, shown beside its verdict)
+RULES: dict[str, str] = {
+    "mukhoti_flsd53_lowest": "FLSD-53 below every other trained loss of their Table 1 on every seed, in more than "
+                             "half of four cases: ECE and AdaECE, before and after their temperature (\"broadly\" "
+                             "as a majority; a case where no loss is below it on every seed counts against)",
+    "mukhoti_nll_overfit": "rise of the test NLL from its least value to the last epoch lower than cross-entropy's, "
+                           "paired seeds, for each of $\\gamma = 1, 2, 3$",
+    "mukhoti_nll_correct": "test NLL of the correctly classified samples higher than cross-entropy's on every seed "
+                           "at every epoch, for each of $\\gamma = 1, 2, 3$",
+    "mukhoti_nll_incorrect_rise": "rise of the misclassified samples' test NLL from its least value to the last "
+                                  "epoch lower than cross-entropy's, paired seeds, for each of $\\gamma = 1, 2, 3$",
+    "mukhoti_entropy": "entropy of the predictions on misclassified test samples (last epoch, all test images) "
+                       "higher than cross-entropy's, paired seeds, for each of $\\gamma = 1, 2, 3$",
+    "mukhoti_weight_norm": "last-layer weight norm, mean over the epochs at the last learning rate, lower than "
+                           "cross-entropy's, paired seeds, for each of $\\gamma = 1, 2, 3$",
+    "mukhoti_feature_norm": "feature norm (the last layer's input, on the test images: the runs record no "
+                            "training-set features), mean over the epochs at the last learning rate, lower than "
+                            "cross-entropy's, paired seeds, for each of $\\gamma = 1, 2, 3$",
+    "mukhoti_grad_norm": "median per-sample gradient norm of the last layer over the training pass lower for "
+                         "$\\gamma = 3$ than for cross-entropy, paired seeds, at every later epoch of their Fig. 4",
+    "mukhoti_gamma_order": "test ECE before temperature scaling lower at $\\gamma = 2$ than at 1 and at 3 than at "
+                           "2, paired seeds, every step",
+    "mukhoti_flsd53_t_near_one": "more than half of FLSD-53's seeds have $|T - 1| \\le 0.1$ (the paper's band "
+                                 "0.9-1.1; \"mostly\" as a majority)",
+    "mukhoti_baseline_t_high": "every seed of cross-entropy and of MMCE has $T \\ge 2.0$ (the paper's lower end "
+                               "of \"2.0 to 2.8\")",
+    "mukhoti_ece_rises_late": "cross-entropy's test ECE higher at the last epoch than at the last epoch before the "
+                              "first learning-rate drop (their epoch 150), on every seed",
+}
+#: the cases of :data:`RULES`' ``mukhoti_flsd53_lowest``: ECE and AdaECE before and after temperature
+ECE_CASES = ("ece_pre", "ece_post", "adaece_pre", "adaece_post")
+
+
+def _grad_norm_claim(out, results, failed: Sequence[str], later: Sequence[int]):
+    import pandas as pd
+
+    if {CE, FL3} & set(failed):
+        return NOT_TRAINED, None
+    present = set(results["loss_label"])
+    medians = grad_norm_medians(out, results, later)
+    steps = [against_ce(medians[medians["epoch"] == e], "median", [FL3], digits=3) for e in later]
+    if not steps or CE not in present or FL3 not in present:
+        return NOT_RUN, None
+    evidence = pd.concat([ev.assign(part=f"epoch {e}") for e, (_, ev) in zip(later, steps)])
+    return every_step([v for v, _ in steps]), evidence
+
+
+def claims(out: str | Path, results, table, histories, failed: Sequence[str], hist_epochs: Sequence[int]):
+    """Every claim of :data:`RULES` on the runs ``results`` (their :func:`protocol_table` ``table``,
+    their :func:`prefix_histories`): ``{key: (verdict, evidence table or None)}``, and the
+    per-seed rises of cross-entropy's ECE after the first learning-rate drop with that epoch
+    (:func:`rise_after_drop`) and the baselines whose temperature claim went untested."""
+    focal = list(FIG3[1:])
+    mmce = TABLE1_COLUMNS[2]
+    t_by = table.groupby("loss_label")["temperature"].apply(list)
+    ece_rise, ece_rises, drop_epoch = rise_after_drop(histories, CE, failed=failed)
+    baseline_t = {lo: gate([lo], failed, lambda lo=lo: at_least_verdict(t_by.get(lo, []))) for lo in (CE, mmce)}
+    evidence = {
+        "mukhoti_flsd53_lowest": lowest_cases(table, FLSD53, TABLE1_COLUMNS, ECE_CASES, failed=failed),
+        "mukhoti_nll_overfit": against_ce(nll_rise(histories), "nll_rise", focal, failed=failed),
+        "mukhoti_nll_correct": every_epoch(histories, "test_nll_correct", focal, higher=True, failed=failed),
+        "mukhoti_nll_incorrect_rise": against_ce(rise(histories, "test_nll_incorrect"), "rise", focal,
+                                                 failed=failed),
+        "mukhoti_entropy": against_ce(final_stat(out, results, "entropy_incorrect"), "entropy_incorrect", focal,
+                                      higher=True, failed=failed),
+        "mukhoti_weight_norm": against_ce(late_mean(histories, "weight_norm"), "weight_norm", focal,
+                                          failed=failed, digits=2),
+        "mukhoti_feature_norm": against_ce(late_mean(histories, "feature_norm"), "feature_norm", focal,
+                                           failed=failed, digits=2),
+        "mukhoti_grad_norm": _grad_norm_claim(out, results, failed, hist_epochs[1:]),
+        "mukhoti_gamma_order": ordered(table, "ece_pre", focal, failed=failed, digits=4),
+        "mukhoti_flsd53_t_near_one": (gate([FLSD53], failed, lambda: near_one_verdict(t_by.get(FLSD53, []))),
+                                      None),
+        "mukhoti_baseline_t_high": (combine(list(baseline_t.values())), None),
+        "mukhoti_ece_rises_late": (ece_rise, None),
+    }
+    return evidence, ece_rises, drop_epoch, untested(baseline_t)

@@ -88,13 +88,22 @@ def runs_label(out: str | Path) -> str:
 
 
 def glue_values(**values: Any) -> None:
-    """``myst_nb.glue(key, value, display=False)`` for every keyword argument; numbers are
-    glued as Python scalars (a tensor or numpy scalar becomes ``float``/``int``)."""
+    """``myst_nb.glue(key, value, display=False)`` for every keyword argument.
+
+    Numbers are glued as Python scalars (a tensor or numpy scalar becomes ``float``/``int``); a
+    list, tuple or pandas ``Index`` of names as Markdown, its items joined by commas (``none``
+    when empty), and a bool as ``yes`` or ``no``, for ``{glue:md}`` in the prose.
+    """
+    from IPython.display import Markdown
     from myst_nb import glue
 
     for key, value in values.items():
         if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
             value = value.item()
+        if isinstance(value, bool):
+            value = Markdown("yes" if value else "no")
+        elif isinstance(value, (list, tuple)) or type(value).__name__ == "Index":
+            value = Markdown(", ".join(str(v) for v in value) or "none")
         glue(key, value, display=False)
 
 

@@ -34,7 +34,7 @@ from focalcal_book.verdicts import (HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, c
 
 __all__ = ["trend", "TREND_RULES", "seed_ranges",
            "paired_lower", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_TEXT",
-           "CRITERION_LABELS", "SelectionSurface", "selection_surface", "search_sentence", "line_tex",
+           "CRITERION_LABELS", "SelectionSurface", "selection_surface", "OUTCOMES", "search_table", "line_tex",
            "plot_selection_surfaces", "best_t_curves", "plot_best_t_curves"]
 
 
@@ -373,28 +373,32 @@ def line_tex(intercept: float, slope: float) -> str:
     return f"$T = {intercept:.2f} {'-' if slope < 0 else '+'} {abs(slope):.2f}\\,\\gamma_{{ev}}$"
 
 
-def _pair(p: np.ndarray) -> str:
-    return f"$(\\gamma_{{ev}}, T) = ({p[0]:.2f}, {p[1]:.2f})$"
+#: how the 3m line search's pick compares with the grid's (:func:`search_table`'s ``outcome``)
+OUTCOMES = ("the grid's pair", "better than the grid", "as good as the grid", "worse than the grid")
 
 
-def search_sentence(s: SelectionSurface) -> str:
-    """One Markdown list item: whether the 3m search found the grid's optimum, both picks with
-    their scores, the gap (line minus grid) and the line."""
-    name, unit, scale, digits = CRITERION_TEXT[s.criterion]
-    grid, line = f"{scale * s.grid_pick[2]:.{digits}f}{unit}", f"{scale * s.line_pick[2]:.{digits}f}{unit}"
-    gap = f"a gap of {scale * s.gap:+.2g}{' percentage points' if unit == ' %' else unit}"
-    if s.same_pair:
-        outcome = f"found the grid's optimum itself, {_pair(s.grid_pick)} with {grid}"
-    elif s.gap <= 0:
-        # the line's gammas are spaced over the grid's range, not taken from it
-        outcome = (f"found {'a better pair than' if s.gap < 0 else 'a pair as good as'} the grid's optimum, "
-                   f"{_pair(s.line_pick)} with {line} against the grid's {_pair(s.grid_pick)} with {grid}, "
-                   f"{gap} (its $\\gamma_{{ev}}$ need not be a grid value)")
-    else:
-        outcome = (f"missed the grid's optimum: it selected {_pair(s.line_pick)} with {line}, the grid "
-                   f"{_pair(s.grid_pick)} with {grid}, {gap}")
-    return (f"- on the validation {name}, the 3m search ({s.n_line} pairs against the grid's {s.n_grid}) "
-            f"{outcome}; its line is {line_tex(*s.line)}")
+def search_table(surfaces: Sequence[SelectionSurface]):
+    """One row per surface: both searches' picks and scores and how they compare.
+
+    Columns ``criterion`` (:data:`CRITERION_TEXT`'s name), ``grid_gamma``, ``grid_t``,
+    ``grid_score``, ``line_gamma``, ``line_t``, ``line_score`` (scores times the criterion's
+    factor: percent for an ECE), ``gap`` (line minus grid, same unit), ``line_pairs`` and
+    ``grid_pairs`` (pairs evaluated), ``outcome`` (one of :data:`OUTCOMES`; the line's
+    ``gamma_ev`` need not be grid values, so it can beat the grid) and ``line`` (:func:`line_tex`).
+    """
+    import pandas as pd
+
+    rows = []
+    for s in surfaces:
+        name, _, scale, _ = CRITERION_TEXT[s.criterion]
+        outcome = (OUTCOMES[0] if s.same_pair else OUTCOMES[1] if s.gap < 0 else OUTCOMES[2] if s.gap == 0
+                   else OUTCOMES[3])
+        rows.append({"criterion": name, "grid_gamma": float(s.grid_pick[0]), "grid_t": float(s.grid_pick[1]),
+                     "grid_score": scale * float(s.grid_pick[2]), "line_gamma": float(s.line_pick[0]),
+                     "line_t": float(s.line_pick[1]), "line_score": scale * float(s.line_pick[2]),
+                     "gap": scale * s.gap, "line_pairs": s.n_line, "grid_pairs": s.n_grid, "outcome": outcome,
+                     "line": line_tex(*s.line)})
+    return pd.DataFrame(rows)
 
 
 def _edges(centres: np.ndarray) -> np.ndarray:
