@@ -80,7 +80,9 @@ def test_settings_roles_best_gammas_and_claims():
     assert pc.best_gammas(tab, small) == {0: 0.5, 1: 1.0}
     assert pc.best_gammas(tab, large) == {0: 3.0, 1: 3.0}
     c1 = pc.best_gamma_claim(tab, small, large)
-    assert c1["verdict"] == H and "seed 0: 0.5" in c1["text"]
+    assert c1["verdict"] == H and c1["lower"] == {0: 0.5, 1: 1.0} and c1["higher"] == {0: 3.0, 1: 3.0}
+    assert pc.per_seed_table({small: c1["lower"], large: c1["higher"]}).to_dict("records") == [
+        {"setting": small, "seed 0": 0.5, "seed 1": 1.0}, {"setting": large, "seed 0": 3.0, "seed 1": 3.0}]
     assert pc.best_gamma_claim(tab, large, large400)["verdict"] == NR     # 3 -> 3: a tie decides nothing
     assert pc.best_gamma_claim(tab, None, large)["verdict"] == "not run in this build"
     # Psi's gain: mean over gamma > 0 of 0.01 * gamma
@@ -94,7 +96,8 @@ def test_settings_roles_best_gammas_and_claims():
     mid = (bumpy["setting"] == large) & (bumpy["gamma"] == 2.0)
     bumpy.loc[mid, "ece_tsfl"] = 0.06                     # 0.02 -> 0.06 -> 0.05: the last step falls
     assert pc.tsfl_claim(bumpy, large)["worsens"] == DNH
-    assert "1 of the 2 steps" in pc.tsfl_claim(bumpy, large)["text"]
+    t = pc.tsfl_claim(bumpy, large)
+    assert (t["steps_rising"], t["steps"], t["gamma_max"]) == (1, 2, 3.0)
 
 
 def test_sec_6_1_claims_psi_improves_most_and_tsfl_degrades():

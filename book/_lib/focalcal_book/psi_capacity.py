@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,8 @@ from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN,
 
 __all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table",
            "settings", "roles", "best_gammas", "share_verdict", "confidence_classes",
-           "best_gamma_claim", "psi_gain", "less_effective_claim", "tsfl_claim", "improves_most", "tsfl_degrades",
-           "plot_ece_vs_gamma", "plot_psi_effect"]
+           "best_gamma_claim", "psi_gain", "less_effective_claim", "per_seed_table", "tsfl_claim", "improves_most", "tsfl_degrades",
+           "plot_ece_vs_gamma", "plot_psi_effect", "RULES", "claims"]
 
 #: the training losses of the chapter (``config["loss"]``)
 LOSSES: tuple[str, ...] = ("focal", "label_smoothing")
@@ -381,34 +381,19 @@ def plot_psi_effect(table, order: Sequence[str]):
     return fig
 
 
-def _seed_list(values: dict[int, float], fmt: str = "g") -> str:
-    return ", ".join(f"seed {s}: {format(v, fmt)}" for s, v in sorted(values.items()))
-
-
 def best_gamma_claim(table, lower: str | None, higher: str | None, column: str = "ece_raw") -> dict[str, Any]:
     """The paper's "the best ``gamma`` increases" from setting ``lower`` to setting ``higher``.
 
     The best ``gamma`` of each seed (:func:`best_gammas`) in both settings, decided by
-    :func:`focalcal_book.verdicts.compare_ranges`. Returns ``verdict`` and ``text`` (Markdown: the
-    per-seed best ``gamma`` of both settings and the verdict); with a setting missing (``None``, or
-    no focal runs) the verdict is :data:`NOT_RUN`.
+    :func:`focalcal_book.verdicts.compare_ranges`. Returns ``verdict`` and the per-seed best
+    ``gamma`` as ``lower`` and ``higher`` (seed -> gamma); with a setting missing (``None``, or no
+    focal runs) the verdict is :data:`NOT_RUN` and both are empty.
     """
-    if lower is None or higher is None:
-        return {"verdict": NOT_RUN,
-                "text": "The two settings this comparison needs were not both run in this build."}
-    a, b = best_gammas(table, lower, column), best_gammas(table, higher, column)
+    a = best_gammas(table, lower, column) if lower is not None else {}
+    b = best_gammas(table, higher, column) if higher is not None else {}
     if not a or not b:
-        return {"verdict": NOT_RUN,
-                "text": "The focal-loss runs this comparison needs were not run in this build."}
-    verdict = compare_ranges(list(a.values()), list(b.values()))
-    why = {HOLDS: "every seed's best $\\gamma$ there is above every seed's best $\\gamma$ in the first",
-           DOES_NOT_HOLD: ("every seed's best $\\gamma$ there is at most every seed's best $\\gamma$ in "
-                           "the first"),
-           NOT_RESOLVED: ("one seed cannot show a spread" if min(len(a), len(b)) < 2 else
-                          "the seeds' best $\\gamma$ overlap")}[verdict]
-    text = (f"Best $\\gamma$ (least test ECE) in {lower}: {_seed_list(a)}; in {higher}: {_seed_list(b)}. "
-            f"**{verdict.capitalize()}**: {why}.")
-    return {"verdict": verdict, "text": text, "lower": a, "higher": b}
+        return {"verdict": NOT_RUN, "lower": a, "higher": b}
+    return {"verdict": compare_ranges(list(a.values()), list(b.values())), "lower": a, "higher": b}
 
 
 def psi_gain(table, setting: str) -> dict[int, float]:
@@ -421,53 +406,56 @@ def psi_gain(table, setting: str) -> dict[int, float]:
 def less_effective_claim(table, more: str | None, less: str | None) -> dict[str, Any]:
     """"Psi becomes less effective" from setting ``more`` to setting ``less``: Psi's gain
     (:func:`psi_gain`) of every seed in ``less`` below every seed's in ``more``
-    (:func:`focalcal_book.verdicts.compare_ranges`). Returns ``verdict`` and ``text`` (Markdown,
-    gains in percentage points)."""
-    if more is None or less is None:
-        return {"verdict": NOT_RUN,
-                "text": "The two settings this comparison needs were not both run in this build."}
-    a, b = psi_gain(table, more), psi_gain(table, less)
+    (:func:`focalcal_book.verdicts.compare_ranges`). Returns ``verdict`` and the per-seed gains
+    as ``more`` and ``less`` (empty, and :data:`NOT_RUN`, when a setting is missing)."""
+    a = psi_gain(table, more) if more is not None else {}
+    b = psi_gain(table, less) if less is not None else {}
     if not a or not b:
-        return {"verdict": NOT_RUN,
-                "text": "No focal-loss run with $\\gamma > 0$ in one of the two settings."}
-    verdict = compare_ranges(list(b.values()), list(a.values()))
-    pp = {k: {s: 100 * v for s, v in d.items()} for k, d in (("a", a), ("b", b))}
-    text = (f"$\\Psi$'s gain (raw ECE minus ECE after $\\Psi$, mean over $\\gamma > 0$, percentage points) in "
-            f"{more}: {_seed_list(pp['a'], '.2f')}; in {less}: {_seed_list(pp['b'], '.2f')}. "
-            f"**{verdict.capitalize()}**.")
-    return {"verdict": verdict, "text": text}
+        return {"verdict": NOT_RUN, "more": a, "less": b}
+    return {"verdict": compare_ranges(list(b.values()), list(a.values())), "more": a, "less": b}
+
+
+def per_seed_table(values: Mapping[str, Mapping[int, float]]):
+    """``{setting: {seed: value}}`` as a table: one row per setting, one column per seed
+    (``seed <n>``), missing values NaN."""
+    import pandas as pd
+
+    seeds = sorted({s for v in values.values() for s in v})
+    return pd.DataFrame([{"setting": k, **{f"seed {s}": v.get(s, np.nan) for s in seeds}}
+                         for k, v in values.items()])
 
 
 def tsfl_claim(table, setting: str) -> dict[str, Any]:
     """Their Fig. 6 in one ``setting``: under TS_FL a larger ``gamma`` "always" worsens the raw ECE
     (``worsens``: at every step between neighbouring ``gamma``, every seed's ECE at the larger above
-    every seed's at the smaller, :func:`focalcal_book.verdicts.every_step`), and Psi mitigates it (``mitigates``: TS_FL + Psi
-    below TS_FL for every focal run with ``gamma > 0``, :func:`focalcal_book.verdicts.paired`).
-    Returns both verdicts and ``text``."""
+    every seed's at the smaller, :func:`focalcal_book.verdicts.every_step`), and Psi mitigates it
+    (``mitigates``: TS_FL + Psi below TS_FL for every focal run with ``gamma > 0``,
+    :func:`focalcal_book.verdicts.paired`).
+
+    Returns both verdicts and the numbers behind them: ``setting``, ``gamma_max``, the ranges over
+    seeds of TS_FL's ECE at ``gamma = 0`` and at ``gamma_max`` (``ece_g0``, ``ece_gmax``, in %),
+    ``steps`` between neighbouring ``gamma`` and ``steps_rising`` beyond the seed spread, the
+    ``runs`` with ``gamma > 0``, ``psi_lower`` (runs where Psi lowers TS_FL's ECE) and the least
+    and largest change Psi makes (``change_min``, ``change_max``, percentage points).
+    """
     t = table[(table["setting"] == setting) & (table["loss"] == "focal")]
     gammas = sorted(t["gamma"].unique())
+    row: dict[str, Any] = {"setting": setting, "worsens": NOT_RUN, "mitigates": NOT_RUN, "gamma_max": np.nan,
+                           "ece_g0": "–", "ece_gmax": "–", "steps": 0, "steps_rising": 0, "runs": 0,
+                           "psi_lower": 0, "change_min": np.nan, "change_max": np.nan}
     if len(gammas) < 2 or gammas[0] != 0.0:
-        return {"worsens": NOT_RUN, "mitigates": NOT_RUN,
-                "text": f"{setting}: $\\gamma = 0$ and a larger $\\gamma$ were not both run."}
-    g0 = t.loc[t["gamma"] == 0.0, "ece_tsfl"].to_numpy()
-    gmax = t.loc[t["gamma"] == gammas[-1], "ece_tsfl"].to_numpy()
+        return row
     pos = t[t["gamma"] > 0]
     diff = (pos["ece_tsfl_psi"] - pos["ece_tsfl"]).to_numpy()
     # "always leads to worse performance": every step between neighbouring gammas rises
     steps = falling_steps([-t.loc[t["gamma"] == g, "ece_tsfl"].to_numpy() for g in gammas])
-    worsens, mitigates = every_step(steps), paired(diff)
-
-    def rng(v: np.ndarray) -> str:
-        return f"{spread_text(v, scale=100, mean=False)} %"
-
-    change = (f"{100 * diff[0]:+.2f} pp" if diff.size == 1 else
-              f"{100 * diff.min():+.2f} to {100 * diff.max():+.2f} pp")
-    text = (f"{setting}: TS$_{{FL}}$'s ECE at $\\gamma = 0$ {rng(g0)}, at $\\gamma = {gammas[-1]:g}$ "
-            f"{rng(gmax)}; {steps.count(HOLDS)} of the {len(steps)} steps between neighbouring $\\gamma$ "
-            f"rise beyond the seed spread (larger $\\gamma$ always worse: **{worsens}**); $\\Psi$ lowers TS$_{{FL}}$'s ECE in "
-            f"{int(np.sum(diff < 0))} of {diff.size} runs with $\\gamma > 0$ (change {change}; "
-            f"$\\Psi$ mitigates: **{mitigates}**).")
-    return {"worsens": worsens, "mitigates": mitigates, "text": text}
+    row.update(worsens=every_step(steps), mitigates=paired(diff), gamma_max=float(gammas[-1]),
+               ece_g0=spread_text(t.loc[t["gamma"] == 0.0, "ece_tsfl"], scale=100, mean=False),
+               ece_gmax=spread_text(t.loc[t["gamma"] == gammas[-1], "ece_tsfl"], scale=100, mean=False),
+               steps=len(steps), steps_rising=steps.count(HOLDS), runs=int(diff.size),
+               psi_lower=int(np.sum(diff < 0)), change_min=100 * float(diff.min()),
+               change_max=100 * float(diff.max()))
+    return row
 
 
 def _cases(table, column_a: str, column_b: str) -> list[str]:
@@ -501,3 +489,59 @@ def tsfl_degrades(table) -> dict[str, Any]:
         return {"verdict": NOT_RUN, "agree": 0, "against": 0, "cases": 0}
     return {"verdict": combine(cases), "agree": cases.count(HOLDS), "against": cases.count(DOES_NOT_HOLD),
             "cases": len(cases)}
+
+
+#: the rule each of the page's claims is tested by (Markdown, shown beside its verdict)
+RULES: dict[str, str] = {
+    "charoen_best_gamma": "the best $\\gamma$ (least test ECE) of every seed in the larger network above every seed's "
+                          "in the smaller, and in the smaller training set above every seed's in the larger",
+    "charoen_less_effective": "$\\Psi$'s gain (mean over $\\gamma > 0$) of every seed lower with more capacity and "
+                              "with less data",
+    "charoen_psi_hurts": "networks under-confident on the validation images (gap more than $z = 2$ standard errors "
+                         "below zero, the book's choice) are helped on the test images, the others hurt, each on "
+                         "every network with at least two seeds",
+    "charoen_psi_most": "a case (setting, $\\gamma > 0$) agrees when $\\Psi$ lowers the test ECE on every seed; "
+                        "more than half of the cases must agree (the paper does not quantify \"substantially\")",
+    "charoen_tsfl_degrades": "in every case (setting, $\\gamma > 0$), TS$_{FL}$'s test ECE above the raw ECE on "
+                             "every seed",
+    "charoen_tsfl_always": "TS$_{FL}$'s ECE rises at every step between neighbouring $\\gamma$, and TS$_{FL}$ + "
+                           "$\\Psi$ is below TS$_{FL}$ for every run with $\\gamma > 0$, in every setting",
+}
+
+
+def claims(table, order: Sequence[str]) -> dict[str, Any]:
+    """Every claim of :data:`RULES` on a :func:`psi_table`, its settings in ``order``.
+
+    Returns ``verdicts`` (key -> verdict) and the parts behind them: ``capacity`` and ``data``
+    (:func:`best_gamma_claim` from the small to the large network and from the large network to
+    it on less data), ``gain_capacity`` and ``gain_data`` (:func:`less_effective_claim`),
+    ``confidence`` (:func:`confidence_classes` of the focal networks with ``gamma > 0``, classified
+    on the validation images and judged on the test images, with ``raised``: the networks whose
+    mean confidence Psi raised, and ``networks``), ``most`` (:func:`improves_most`), ``degrades``
+    (:func:`tsfl_degrades`) and ``tsfl`` (:func:`tsfl_claim` per setting).
+    """
+    role = roles(table)
+    focal_pos = table[(table["loss"] == "focal") & (table["gamma"] > 0)]
+    if len(focal_pos):
+        cc = confidence_classes(focal_pos["gap_val"], focal_pos["gap_val_se"],
+                                focal_pos["ece_psi"] - focal_pos["ece_raw"], focal_pos["seed"])
+    else:
+        cc = {"verdict": NOT_RUN, "under_verdict": NOT_RUN, "rest_verdict": NOT_RUN,
+              "under": 0, "under_helped": 0, "rest": 0, "rest_hurt": 0}
+    cc = {**cc, "raised": int((focal_pos["confidence_psi"] > focal_pos["confidence"]).sum()),
+          "networks": len(focal_pos)}
+    out = {"capacity": best_gamma_claim(table, role["small"], role["large"]),
+           "data": best_gamma_claim(table, role["large"], role["large_small_data"]),
+           "gain_capacity": less_effective_claim(table, role["small"], role["large"]),
+           "gain_data": less_effective_claim(table, role["large"], role["large_small_data"]),
+           "confidence": cc, "most": improves_most(table), "degrades": tsfl_degrades(table),
+           "tsfl": [tsfl_claim(table, s) for s in order]}
+    out["verdicts"] = {
+        "charoen_best_gamma": combine([out["capacity"]["verdict"], out["data"]["verdict"]]),
+        "charoen_less_effective": combine([out["gain_capacity"]["verdict"], out["gain_data"]["verdict"]]),
+        "charoen_psi_hurts": cc["verdict"],
+        "charoen_psi_most": out["most"]["verdict"],
+        "charoen_tsfl_degrades": out["degrades"]["verdict"],
+        "charoen_tsfl_always": combine([c["worsens"] for c in out["tsfl"]] + [c["mitigates"] for c in out["tsfl"]]),
+    }
+    return out
