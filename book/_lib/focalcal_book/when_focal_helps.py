@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,8 @@ from focalcal_book.verdicts import HOLDS, paired
 
 __all__ = ["PAPER_LINES", "CALIBRATED", "sweep_runs", "map_temperature", "epoch_table", "map_predictions",
            "SUMMARISED", "regimes", "crossing_epochs", "best_loss_by_epoch", "segments",
-           "describe_segments", "plot_ece_and_temperature", "plot_temperature_vs_map", "fmt_epochs",
-           "per_seed_mean", "regime_choice", "in_interval"]
+           "plot_ece_and_temperature", "plot_temperature_vs_map",
+           "per_seed_mean", "regime_choice", "in_interval", "cross_entropy_regimes", "focal_early", "regime_choices", "segment_table"]
 
 #: K&K (2024) Sec. 3.3: the least-squares lines ``1/T = a gamma + b`` of the TS map closest to the
 #: focal calibration map, as printed, for K = 3 and K = 4 classes (the book's theory chapter
@@ -277,12 +277,6 @@ def plot_temperature_vs_map(summary, predictions):
     return fig
 
 
-def fmt_epochs(epochs: Sequence[int]) -> str:
-    """``[1, 2, 5]`` as ``"1, 2 and 5"``."""
-    items = [str(int(e)) for e in epochs]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 def per_seed_mean(table, label: str, epochs: Sequence[int], column: str) -> np.ndarray:
     """Per seed, the mean of ``column`` over ``epochs`` for the loss ``label``."""
     t = table[(table["loss_label"] == label) & table["epoch"].isin(list(epochs))]
@@ -324,8 +318,79 @@ def segments(best) -> list[tuple[str, int, int]]:
     return out
 
 
-def describe_segments(segs: Sequence[tuple[str, int, int]]) -> str:
-    """``"CE after 1 to 5 epochs, focal-3 after 10 to 30"``."""
-    parts = [f"{lab} after {a} epoch{'s' if a > 1 else ''}" if a == b else f"{lab} after {a} to {b} epochs"
-             for lab, a, b in segs]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+def cross_entropy_regimes(table, regime: Mapping[str, Any]) -> dict[str, Any]:
+    """"Is cross-entropy close to calibrated early and over-confident late?" on an
+    :func:`epoch_table` with its :func:`regimes` ``regime``.
+
+    Per seed, cross-entropy's TS temperature averaged over the short- and over the long-training
+    epochs (``early``, ``late``: arrays); ``calibrated``: every early one within
+    :data:`CALIBRATED`; ``over``: every late one above its upper end; ``early_accuracy`` (the
+    largest) and ``late_accuracy`` (the least) training accuracy of those epochs, in %.
+    """
+    ce = table.loc[table["gamma"] == 0, "loss_label"].iloc[0]
+    early = per_seed_mean(table, ce, regime["early"], "temperature")
+    late = per_seed_mean(table, ce, regime["late"], "temperature")
+    acc = regime["acc"]
+    return {"early": early, "late": late, "calibrated": in_interval(early, CALIBRATED),
+            "over": bool(np.all(late > CALIBRATED[1])),
+            "early_accuracy": 100 * float(acc[regime["early"]].max()),
+            "late_accuracy": 100 * float(acc[regime["late"]].min())}
+
+
+def focal_early(table, predictions, epochs: Sequence[int]) -> Any:
+    """"Is focal loss under-confident early, by about its map's temperature?": one row per focal
+    loss of an :func:`epoch_table`, from its per-seed TS temperatures averaged over ``epochs``.
+
+    Columns ``loss_label``, ``gamma``, ``fitted`` (mean and range over seeds, as text),
+    ``under`` (every seed below :data:`CALIBRATED`'s lower end), ``implied`` (the map's temperature
+    on the same logits, mean over seeds), ``ratio`` (fitted over implied, of the means), ``near``
+    (the ratio within :data:`CALIBRATED`), ``t1``, ``t2`` (Prop. 3's band, from ``predictions``,
+    :func:`map_predictions`), ``in_band`` (the fitted mean inside it), ``line_lo``, ``line_hi``
+    (K&K's two fitted lines).
+    """
+    import pandas as pd
+
+    from focalcal_book.verdicts import spread_text
+
+    rows = []
+    for g in sorted(x for x in table["gamma"].unique() if x > 0):
+        label = table.loc[table["gamma"] == g, "loss_label"].iloc[0]
+        fitted = per_seed_mean(table, label, epochs, "temperature")
+        implied = per_seed_mean(table, label, epochs, "map_temperature")
+        p = predictions.loc[g]
+        ratio = float(fitted.mean() / implied.mean())
+        rows.append({"loss_label": label, "gamma": float(g), "fitted": spread_text(fitted),
+                     "under": bool(np.all(fitted < CALIBRATED[0])), "implied": float(implied.mean()),
+                     "ratio": ratio, "near": CALIBRATED[0] <= ratio <= CALIBRATED[1],
+                     "t1": float(p["T1"]), "t2": float(p["T2"]),
+                     "in_band": bool(p["T1"] <= fitted.mean() <= p["T2"]),
+                     "line_lo": float(min(p["T_K3"], p["T_K4"])), "line_hi": float(max(p["T_K3"], p["T_K4"]))})
+    return pd.DataFrame(rows)
+
+
+def regime_choices(table, regime: Mapping[str, Any], column: str = "test_ece") -> Any:
+    """"When to use which": per regime (short and long training, :func:`regimes`), the loss of
+    least ``column`` averaged over its epochs (:func:`regime_choice`). Columns ``regime``,
+    ``epochs`` (text), ``best``, ``best_value`` and ``runner_up_value`` (mean and range over
+    seeds, in %), ``runner_up``, ``resolved`` (the best below the runner-up on every seed)."""
+    import pandas as pd
+
+    from focalcal_book.verdicts import spread_text
+
+    rows = []
+    for name, epochs in (("short", regime["early"]), ("long", regime["late"])):
+        c = regime_choice(table, epochs, column)
+        runner = c["runner_up"]
+        rows.append({"regime": name, "epochs": ", ".join(str(int(e)) for e in epochs), "best": c["best"],
+                     "best_value": spread_text(c["values"][c["best"]], scale=100.0),
+                     "runner_up": runner or "–",
+                     "runner_up_value": spread_text(c["values"][runner], scale=100.0) if runner else "–",
+                     "resolved": bool(c["resolved"])})
+    return pd.DataFrame(rows)
+
+
+def segment_table(segs: Sequence[tuple[str, int, int]]) -> Any:
+    """:func:`segments` as a table: ``loss_label``, ``first_epoch``, ``last_epoch``."""
+    import pandas as pd
+
+    return pd.DataFrame(list(segs), columns=["loss_label", "first_epoch", "last_epoch"])

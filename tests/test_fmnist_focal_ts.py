@@ -1,4 +1,4 @@
-"""focalcal_book.selection_surface: K&K's Fig. 8 surface and the 3m line search drawn over it."""
+"""focalcal_book.fmnist_focal_ts: K&K's Fig. 8 surface and the 3m line search drawn over it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from focalcal.posthoc import FocalTemperatureScaling, TemperatureScaling, focal_ts_scores
-from focalcal_book.selection_surface import (SURFACE_GAMMAS, SURFACE_TEMPERATURES, plot_selection_surfaces,
+from focalcal_book.fmnist_focal_ts import (SURFACE_GAMMAS, SURFACE_TEMPERATURES, plot_selection_surfaces,
                                              selection_surface)
 
 GAMMAS = (-0.5, 0.0, 0.5, 1.0, 2.0, 3.0)
@@ -101,7 +101,7 @@ def test_plot_has_one_panel_per_surface_and_labelled_overlays(over_confident):
 # --------------------------------------------------------------------------------------------
 
 def test_trend_verdicts_follow_the_seed_ranges():
-    from focalcal_book.selection_surface import trend
+    from focalcal_book.fmnist_focal_ts import trend
     from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN
 
     falling = trend([[1.0, 1.1], [0.8, 0.9], [0.5, 0.6]])
@@ -120,7 +120,7 @@ def test_trend_verdicts_follow_the_seed_ranges():
 
 
 def test_trend_majority_for_generally_and_the_failed_experiment_rule():
-    from focalcal_book.selection_surface import trend
+    from focalcal_book.fmnist_focal_ts import trend
     from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_TRAINED
 
     # K&K's Table 1 shape: three of four steps down, one up -> "generally" holds, "every step" fails
@@ -142,7 +142,7 @@ def test_trend_majority_for_generally_and_the_failed_experiment_rule():
 
 
 def test_seed_ranges():
-    from focalcal_book.selection_surface import seed_ranges
+    from focalcal_book.fmnist_focal_ts import seed_ranges
 
     assert seed_ranges([[0.011, 0.0125], [0.02]], [0.0, 3.0], scale=100) == (
         "1.10–1.25 at $\\gamma_{tr} = 0$, 2.00 at $\\gamma_{tr} = 3$")
@@ -153,7 +153,7 @@ def test_seed_ranges():
 def test_paired_lower_counts_seeds_of_each_run():
     import pandas as pd
 
-    from focalcal_book.selection_surface import paired_lower
+    from focalcal_book.fmnist_focal_ts import paired_lower
     from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED
 
     rows = []
@@ -173,7 +173,7 @@ def test_paired_lower_counts_seeds_of_each_run():
 def test_search_table_says_whether_the_line_found_the_optimum(over_confident):
     import dataclasses
 
-    from focalcal_book.selection_surface import OUTCOMES, line_tex, search_table
+    from focalcal_book.fmnist_focal_ts import OUTCOMES, line_tex, search_table
 
     z, y = over_confident
     s = selection_surface(z, y, criterion="nll", gammas=GAMMAS, temperatures=TEMPS)
@@ -204,7 +204,7 @@ def test_best_t_fit_is_the_least_squares_line(over_confident):
 
 
 def test_best_t_curves_are_the_rows_of_the_surface(over_confident):
-    from focalcal_book.selection_surface import best_t_curves, linear_fit, plot_best_t_curves
+    from focalcal_book.fmnist_focal_ts import best_t_curves, linear_fit, plot_best_t_curves
 
     z, y = over_confident
     s = selection_surface(z, y, criterion="ece_mass", gammas=GAMMAS, temperatures=TEMPS)
