@@ -207,34 +207,39 @@ def test_near_uniform_share():
         zf.near_uniform_share(z, factor=0.5)
 
 
-def test_target_context(tmp_path):
+def test_target_facts(tmp_path):
     t = pd.DataFrame({"run": ["a", "b", "c", "d"], "loss_label": ["cross-entropy"] * 2 + ["selective-risk"] * 2,
                       "seed": [0, 1, 0, 1], "accuracy": [0.86, 0.87, 0.27, 0.33],
                       "near_uniform": [0.0, 0.01, 0.8, 0.6]})
     for name, loss, label, seed in t[["run", "loss_label", "loss_label", "seed"]].itertuples(index=False):
-        fake_run(tmp_path, name, loss, label, seed, None, 1.0)  # no history.json: no training sentence
-    text = zf.target_context(tmp_path, t, n_classes=10)
-    assert text.startswith("The selective-risk networks reach a test accuracy of 30.00 (27.00–33.00) %")
-    assert "far below the others" in text and "60 % to 80 %" in text and "at most 1.0 %" in text
-    assert "eq. 27" in text and "training images" not in text
-    text = zf.target_context(tmp_path, t.assign(near_uniform=[0.0, 0.0, 0.1, 0.6]), n_classes=10)
-    assert "eq. 27" not in text  # most images near uniform on every seed, or no mechanism sentence
-    assert vd.NOT_RUN in zf.target_context(tmp_path, t[t["loss_label"] != "selective-risk"], n_classes=10)
-    assert "nothing to be compared" in zf.target_context(tmp_path, t[t["loss_label"] == "selective-risk"],
-                                                         n_classes=10)
+        fake_run(tmp_path, name, loss, label, seed, None, 1.0)  # no history.json: no training figures
+    f = zf.target_facts(tmp_path, t, n_classes=10)
+    assert f["present"] and f["far_below"] and f["mostly_uniform"]
+    assert f["accuracy"].tolist() == pytest.approx([27.0, 33.0])
+    assert (f["others_lo"], f["others_hi"]) == (pytest.approx(86.5), pytest.approx(86.5))
+    assert (f["near_uniform_lo"], f["near_uniform_hi"]) == (pytest.approx(60.0), pytest.approx(80.0))
+    assert f["others_near_uniform"] == pytest.approx(1.0) and f["near_uniform_at"] == pytest.approx(0.2)
+    assert f["epochs"] == 0 and np.isnan(f["best_train_accuracy"]) and f["uniform_nll"] == pytest.approx(np.log(10))
+    assert not zf.target_facts(tmp_path, t.assign(near_uniform=[0.0, 0.0, 0.1, 0.6]), n_classes=10)["mostly_uniform"]
+    assert not zf.target_facts(tmp_path, t[t["loss_label"] != "selective-risk"], n_classes=10)["present"]
+    assert not zf.target_facts(tmp_path, t[t["loss_label"] == "selective-risk"], n_classes=10)["present"]
     with pytest.raises(ValueError, match="n_classes"):
-        zf.target_context(tmp_path, t, n_classes=1)
+        zf.target_facts(tmp_path, t, n_classes=1)
 
 
-def test_fig3_agreement():
+def test_fig3_table():
     direction = {"over": ["inverse focal"], "under": ["FLSD-53"], "mixed": []}
-    text = zf.fig3_agreement(direction, {"FLSD-53": "under", "inverse focal": "under", "AURC": "under"})
-    assert text == ("FLSD-53: under-confident on every seed, as they read it; inverse focal: over-confident on "
-                    "every seed, not under-confident as they read it; AURC: not run in this build.")
-    assert "some seeds" in zf.fig3_agreement({"over": [], "under": [], "mixed": ["AURC"]}, {"AURC": "under"})
+    rows = zf.fig3_table(direction, {"FLSD-53": "under", "inverse focal": "under", "AURC": "under"})
+    assert rows.to_dict("records") == [
+        {"loss_label": "FLSD-53", "theirs": "under-confident", "here": "under-confident on every seed", "agrees": True},
+        {"loss_label": "inverse focal", "theirs": "under-confident", "here": "over-confident on every seed",
+         "agrees": False},
+        {"loss_label": "AURC", "theirs": "under-confident", "here": vd.NOT_RUN, "agrees": False}]
+    mixed = zf.fig3_table({"over": [], "under": [], "mixed": ["AURC"]}, {"AURC": "under"})
+    assert "some seeds" in mixed.loc[0, "here"] and not mixed.loc[0, "agrees"]
     assert set(zf.FIG3_READING) <= set(zf.LABELS)
     with pytest.raises(ValueError, match="reading"):
-        zf.fig3_agreement(direction, {"AURC": "sideways"})
+        zf.fig3_table(direction, {"AURC": "sideways"})
 
 
 # --------------------------------------------------------------------------------------------

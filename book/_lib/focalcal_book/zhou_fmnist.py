@@ -10,9 +10,9 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
   verdicts, the range rule and the rule that joins several verdicts,
   :func:`focalcal_book.verdicts.combine`, are :mod:`focalcal_book.verdicts`'s);
   :func:`calibration_claim` and :func:`aurc_claim` write them as Markdown lists;
-- :func:`target_context`, :func:`training_progress`, :func:`confidence_direction` and
+- :func:`target_facts`, :func:`training_progress`, :func:`confidence_direction` and
   :func:`near_uniform_share`: how well the selective-risk networks learned, and which way each
-  loss is miscalibrated (:func:`fig3_agreement`: against Zhou et al.'s reading of their Fig. 3);
+  loss is miscalibrated (:func:`fig3_table`: against Zhou et al.'s reading of their Fig. 3);
 - the mechanism: :func:`gradient_decomposition` splits the selective-risk loss's gradient with
   respect to the logits into its cross-entropy part and its weight part, on the logits of
   :func:`initial_network_state` (a freshly initialised network of the cpu profile's run) or of
@@ -36,11 +36,11 @@ from focalcal.lab import profiles, runfolder, spec, template
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, TRAINED_FRACTION, combine,
                                     compare_ranges, gate, majority, paired, spread_text, untrained)
 
-__all__ = ["ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "TARGETS", "BASELINES", "DUAL",
+__all__ = ["RULES", "ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "TARGETS", "BASELINES", "DUAL",
            "failed_losses", "versus_baselines", "good_calibration", "best_cwece", "ts_improves",
            "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
            "spread_table", "competitive", "lower_than", "confidence_direction",
-           "training_progress", "target_context", "FIG3_READING", "fig3_agreement", "calibration_claim", "aurc_claim", "aurc_ece_plot",
+           "training_progress", "target_facts", "FIG3_READING", "fig3_table", "DIRECTION_WORDS", "calibration_claim", "aurc_claim", "aurc_ece_plot",
            "reliability_figures", "gradient_decomposition", "initial_network_state", "mechanism_table"]
 
 
@@ -271,33 +271,29 @@ def confidence_direction(table: pd.DataFrame) -> dict[str, list[str]]:
 FIG3_READING: dict[str, str] = {LABELS[1]: "over", LABELS[2]: "under", LABELS[5]: "under"}
 
 
-def fig3_agreement(direction: Mapping[str, Sequence[str]],
-                   reading: Mapping[str, str] = FIG3_READING) -> str:
-    """One sentence per loss of ``reading`` (label -> ``"over"`` / ``"under"``): whether
-    :func:`confidence_direction`'s ``direction`` agrees on every seed, disagrees on every seed, or
-    is mixed; losses without runs are said to be not run.
+#: how :func:`fig3_table` words a loss's confidence direction over its seeds
+DIRECTION_WORDS: dict[str, str] = {"over": "over-confident on every seed", "under": "under-confident on every seed",
+                                   "mixed": "over-confident on some seeds, under-confident on others"}
+
+
+def fig3_table(direction: Mapping[str, Sequence[str]], reading: Mapping[str, str] = FIG3_READING) -> pd.DataFrame:
+    """Zhou et al.'s reading of their Fig. 3 against :func:`confidence_direction`'s ``direction``:
+    one row per loss of ``reading`` (label -> ``"over"`` / ``"under"``) with ``loss_label``,
+    ``theirs`` and ``here`` (:data:`DIRECTION_WORDS`, or :data:`NOT_RUN` for a loss without runs)
+    and ``agrees`` (the same direction on every seed).
 
     Raises
     ------
     ValueError
         ``reading`` holds a direction other than ``"over"`` and ``"under"``.
     """
-    words = {"over": "over-confident", "under": "under-confident"}
-    if set(reading.values()) - set(words):
+    if set(reading.values()) - {"over", "under"}:
         raise ValueError(f"reading must map labels to 'over' or 'under'; got {dict(reading)}")
     found = {lab: d for d, labs in direction.items() for lab in labs}
-    parts = []
-    for lab, expected in reading.items():
-        seen = found.get(lab)
-        if seen is None:
-            parts.append(f"{lab}: {NOT_RUN}")
-        elif seen == "mixed":
-            parts.append(f"{lab}: over-confident on some seeds, under-confident on others")
-        elif seen == expected:
-            parts.append(f"{lab}: {words[expected]} on every seed, as they read it")
-        else:
-            parts.append(f"{lab}: {words[seen]} on every seed, not {words[expected]} as they read it")
-    return "; ".join(parts) + "."
+    return pd.DataFrame([{"loss_label": lab, "theirs": DIRECTION_WORDS[expected].removesuffix(" on every seed"),
+                          "here": DIRECTION_WORDS[found[lab]] if lab in found else NOT_RUN,
+                          "agrees": found.get(lab) == expected} for lab, expected in reading.items()],
+                        columns=["loss_label", "theirs", "here", "agrees"])
 
 
 def training_progress(out: str | Path, table: pd.DataFrame, label: str = TARGET) -> dict[str, float]:
@@ -326,47 +322,37 @@ def training_progress(out: str | Path, table: pd.DataFrame, label: str = TARGET)
             "final_train_nll_max": max(final), "epochs": max(epochs)}
 
 
-def target_context(out: str | Path, table: pd.DataFrame, *, n_classes: int, target: str = TARGET) -> str:
-    """Markdown that says how well ``target``'s networks learned, before its verdicts are read.
+def target_facts(out: str | Path, table: pd.DataFrame, *, n_classes: int, target: str = TARGET) -> dict[str, Any]:
+    """How well ``target``'s networks learned, to read before its verdicts (numbers only).
 
-    Its test accuracy against the other losses' (a warning when every seed is more than 5
-    points below the worst other loss's mean), its training progress (:func:`training_progress`),
-    the share of near-uniform test predictions (``near_uniform`` of :func:`per_seed`) and, when
-    that share is above one half on every seed, the term of Zhou et al.'s gradient (eq. 27) that
-    allows it. Without ``target``'s runs, or without another loss, one sentence says so.
+    ``accuracy``: its test accuracy per seed (%); ``others_lo`` / ``others_hi``: the least and
+    largest mean test accuracy of the other losses (%); ``far_below``: every seed more than 5 points
+    below the worst other loss's mean; :func:`training_progress`'s figures (NaN without records);
+    ``uniform_nll`` (``log K``); ``near_uniform_lo`` / ``_hi``: the range over seeds of the share of
+    test images whose top-class probability is below ``near_uniform_at`` (``2 / K``, %) and
+    ``others_near_uniform`` (the other losses' largest, %); ``mostly_uniform``: above one half on
+    every seed. ``present``: whether ``target`` has runs (then the numbers are NaN otherwise).
     """
     if n_classes < 2:
         raise ValueError(f"n_classes must be at least 2; got {n_classes}")
-    present = list(dict.fromkeys(table["loss_label"]))
-    if target not in present:
-        return (f"The {target} loss was {NOT_RUN}, so neither claim can be checked here; the tables above show "
-                "the other losses only.")
-    if len(present) == 1:
-        return f"Only the {target} loss was run in this build: it has nothing to be compared with."
     mine = table["loss_label"] == target
-    acc = table.loc[mine, "accuracy"].to_numpy(dtype=float)
     others = table.loc[~mine].groupby("loss_label", sort=False)["accuracy"].mean()
-    far_below = acc.max() < others.min() - 0.05
-    text = (f"The {target} networks reach a test accuracy of {spread_text(acc, scale=100)} %, against "
-            f"{100 * others.min():.2f} % to {100 * others.max():.2f} % for the other losses (means over seeds)"
-            + (": far below the others, so its calibration and its AURC describe a network that has not learned "
-               "the task as well, and the verdicts should be read with that in mind." if far_below else "."))
+    acc = 100 * table.loc[mine, "accuracy"].to_numpy(dtype=float)
+    share = 100 * table.loc[mine, "near_uniform"].to_numpy(dtype=float)
+    nan = float("nan")
     progress = training_progress(out, table, target)
-    if progress:
-        text += (f" On its training images, no {target} run exceeds {100 * progress['best_train_accuracy']:.1f} % "
-                 f"accuracy in any of its {progress['epochs']} epochs, and its training NLL after the last epoch is "
-                 f"{progress['final_train_nll_min']:.2f} to {progress['final_train_nll_max']:.2f} nats (uniform "
-                 f"predictions over the {n_classes} classes: {np.log(n_classes):.2f}).")
-    share = table.loc[mine, "near_uniform"]
-    text += (f" The {target} networks give {100 * share.min():.0f} % to {100 * share.max():.0f} % of the test "
-             f"images a top-class probability below {2 / n_classes:.2f}, close to the uniform {1 / n_classes:.2f} "
-             f"(the other losses: at most {100 * table.loc[~mine, 'near_uniform'].max():.1f} %).")
-    if share.min() > 0.5:  # most images near uniform: say which term of the loss allows it
-        text += (" Its weight $\\hat\\beta_i$ grows with the confidence, and the gradient flows through it for the "
-                 "samples below $\\tau$ (Zhou et al.'s eq. 27), so lowering the confidence of such a sample lowers "
-                 "its loss. The near-uniform predictions are consistent with the networks taking that route; this "
-                 "page does not test it further.")
-    return text
+    present = bool(mine.any()) and len(others) > 0
+    return {"present": present, "accuracy": acc,
+            "others_lo": 100 * float(others.min()) if len(others) else nan,
+            "others_hi": 100 * float(others.max()) if len(others) else nan,
+            "far_below": present and bool(acc.max() < 100 * others.min() - 5),
+            "best_train_accuracy": 100 * progress.get("best_train_accuracy", nan),
+            "epochs": progress.get("epochs", 0), "final_train_nll_min": progress.get("final_train_nll_min", nan),
+            "final_train_nll_max": progress.get("final_train_nll_max", nan), "uniform_nll": float(np.log(n_classes)),
+            "near_uniform_at": 2 / n_classes, "near_uniform_lo": float(share.min()) if share.size else nan,
+            "near_uniform_hi": float(share.max()) if share.size else nan,
+            "others_near_uniform": 100 * float(table.loc[~mine, "near_uniform"].max()) if len(others) else nan,
+            "mostly_uniform": bool(share.size) and bool(share.min() > 50)}
 
 
 def _range(values: np.ndarray) -> str:
@@ -677,3 +663,13 @@ def reliability_figures(out: str | Path, table: pd.DataFrame, *, seed: int = 0, 
         fig, _ = reliability_row(panels[i:i + size], n_bins=n_bins)
         figs.append(fig)
     return figs
+
+
+#: how each of the page's claims is tested (the thresholds are the book's)
+RULES: dict[str, str] = {
+    "good": "ECE and cwECE before TS: every seed at most the worst seed of the best baseline that trained",
+    "best": "a case is a data set and network; the variant is best in a case when its cwECE is below every "
+            "trained baseline's on every seed; more than half of the cases (one here)",
+    "ts": "cwECE after TS below cwECE before, on every seed",
+    "dual": "claim 1's rule for dual focal loss against the other trained losses of Table 1",
+    "variable": "needs several architectures and data sets; this comparison has one"}
