@@ -434,4 +434,3 @@ def test_loss_verdicts_follow_the_books_one_rule():
     assert v["FLSD-53"] == vd.NOT_RESOLVED         # one network never resolves a claim
     assert v["CE"] == vd.DOES_NOT_HOLD             # a network where focal TS is worse decides
     assert v["AURC"] == vd.NOT_RESOLVED
-    assert "**holds**" in rb.verdict_sentence(rb.loss_verdicts(intervals).iloc[0].to_dict())

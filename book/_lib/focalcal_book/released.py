@@ -10,7 +10,7 @@ in :mod:`focalcal_book.printed`. Here:
 - :func:`compare` / :func:`comparison` / :func:`comparison_grid`: a computed value against the printed
   one, to the printed rounding ("exact"), within 0.01 ("close") or not ("differs"), shown as a
   coloured table;
-- :func:`loss_verdicts` and :func:`verdict_sentence`: the focal TS vs TS verdicts per training loss;
+- :func:`loss_verdicts`: the focal TS vs TS verdicts per training loss;
 - figures: :func:`forest_plot`, :func:`reliability_row`, :func:`aurc_plot`.
 """
 
@@ -29,7 +29,7 @@ from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
 from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, combine
 
 __all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "data_check", "network_label", "compare",
-           "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "loss_verdicts", "verdict_sentence", "forest_plot",
+           "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "loss_verdicts", "forest_plot",
            "reliability_row", "aurc_plot", "pp", "confidence_gap"]
 
 #: the sentence a page shows instead of its numbers when the logits are neither local nor downloadable
@@ -241,15 +241,6 @@ def loss_verdicts(intervals: pd.DataFrame) -> pd.DataFrame:
 
     out["verdict"] = [verdict(lo) for lo in out["loss"]]
     return out
-
-
-def verdict_sentence(row: Mapping[str, Any]) -> str:
-    """One line for one row of :func:`loss_verdicts`: what the intervals found, and the verdict."""
-    n = int(row["networks"])
-    words = {"better": "significantly better on {}", "worse": "significantly worse on {}",
-             "indistinguishable": "indistinguishable from TS on {}"}
-    found = ", ".join(words[k].format(int(row[k])) for k in words if int(row[k]))
-    return f"{row['loss']} ({n} network{'s' if n > 1 else ''}): focal TS {found}: **{row['verdict']}**."
 
 
 def kk_summary(rows: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
