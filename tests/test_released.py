@@ -421,7 +421,7 @@ def test_page_computes_its_numbers(shared_data_root, page):
     for key, spec in re.findall(r"\{glue:text\}`([A-Za-z0-9_]+):([^`]+)`", source):
         plain = next(v for k, v in glued[key].items() if k.endswith("text/plain"))
         format_plain_text(plain, spec)  # what the build does: a numpy scalar's repr would fail here
-    figures = len(re.findall(r"rb\.(?:forest_plot|reliability_row|aurc_plot)\(", source))
+    figures = len(re.findall(r"released\.(?:forest_plot|reliability_row|aurc_plot)\(", source))
     assert images >= figures >= 1, f"{page}: {images} images for {figures} figures"
 
 
