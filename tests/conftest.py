@@ -57,7 +57,7 @@ def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
     """A digest of what a sweep run executes: every ``.py`` file under ``base`` (the library and the
     lab) and the papermill templates, by relative path and content (not by time stamp, so a checkout
     or a touch alone does not count as a change)."""
-    from focalcal.lab.results.released import source_digest
+    from focalcal.lab.io import source_digest
 
     files = sorted(p for p in base.rglob("*")
                    if p.is_file() and (p.suffix == ".py" or (p.suffix == ".md" and p.parent.name == "templates")))

@@ -44,7 +44,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _digest(page: str) -> str:
-    from focalcal.lab.results.released import source_digest
+    from focalcal.lab.io import source_digest
 
     files = [THEORY / f"{page}.md"] + [p for base in (ROOT / "src" / "focalcal", ROOT / "book" / "_lib" / "focalcal_book")
                                        for p in sorted(base.rglob("*.py"))]

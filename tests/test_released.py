@@ -297,11 +297,18 @@ def test_cache_recomputes_only_when_the_key_changes(tmp_path):
 
 
 def test_the_code_key_ignores_documentation(tmp_path):
-    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
-    a.write_text('"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # comment\n')
-    b.write_text('"""Other words."""\n\n\ndef f(x):\n    """Other doc."""\n\n    return x + 1\n')
-    c.write_text('"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n')
-    assert R._code_text(a) == R._code_text(b) != R._code_text(c)
+    from focalcal.lab.io import source_digest
+
+    def digest(text: str) -> str:
+        folder = tmp_path / str(abs(hash(text)))
+        folder.mkdir()
+        (folder / "m.py").write_text(text)
+        return source_digest([folder / "m.py"], folder)
+
+    a = digest('"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # comment\n')
+    b = digest('"""Other words."""\n\n\ndef f(x):\n    """Other doc."""\n\n    return x + 1\n')
+    c = digest('"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n')
+    assert a == b != c
 
 
 # --------------------------------------------------------------------------------------------

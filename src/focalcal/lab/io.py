@@ -7,22 +7,26 @@ old complete file or the new complete file, never a prefix. If anything fails be
 temporary file is removed and the exception propagates.
 
 Loading checkpoints goes through :func:`torch_load`, which always uses ``weights_only=True`` so a
-results directory can never execute code when it is read.
+results directory can never execute code when it is read. :func:`source_digest` is the one digest
+of source files that the project's caches are keyed by.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_json",
-           "atomic_torch_save", "torch_load"]
+           "atomic_torch_save", "torch_load", "source_digest"]
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -112,3 +116,39 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
 def torch_load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     """``torch.load`` with ``weights_only=True`` (tensors, containers and plain Python values only)."""
     return torch.load(Path(path), map_location=map_location, weights_only=True)
+
+
+# CPython 3.11's parser keeps its recursion depth in interpreter state: ast.parse from several
+# threads at once can fail with "AST constructor recursion depth mismatch" (the tests digest the
+# chapters from a thread pool)
+_PARSE_LOCK = threading.Lock()
+
+
+def _code_text(path: Path) -> bytes:
+    """What a module computes: its syntax tree without docstrings (comments, layout and line numbers
+    are not in the tree), so that editing documentation does not invalidate the cache."""
+    with _PARSE_LOCK:
+        tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
+def source_digest(files: Iterable[Path], base: Path, extra: Iterable[str] = ()) -> str:
+    """The one code digest of the project's caches (the lab's calibrator and released-network rows,
+    the tests' smoke sweeps and executed chapters): ``files`` by their path relative to ``base``
+    and their content, a Python file by its syntax tree without docstrings (:func:`_code_text`:
+    editing documentation invalidates nothing), any other file by its bytes; then the strings of
+    ``extra`` (package versions, say). 16 hex digits."""
+    h = hashlib.sha256()
+    for p in files:
+        p = Path(p)
+        text = _code_text(p) if p.suffix == ".py" else p.read_bytes()
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + text + b"\0")
+    for item in extra:
+        h.update(item.encode() + b"\0")
+    return h.hexdigest()[:16]

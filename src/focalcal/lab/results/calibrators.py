@@ -38,7 +38,7 @@ from ... import metrics
 from ...posthoc import (KK_TEMPERATURES, DirichletCalibration, EnsembleTemperatureScaling, FocalTemperatureScaling,
                         HistogramBinning, IsotonicCalibration, MatrixScaling, PsiCorrection, TemperatureScaling,
                         VectorScaling)
-from ..io import atomic_write_json
+from ..io import atomic_write_json, source_digest
 from . import released
 from .bootstrap import BootstrapInterval, ece_differences, paired_bootstrap, resample_counts, verdict
 from .protocol import training_gamma
@@ -264,7 +264,7 @@ def code_digest() -> str:
     """:func:`focalcal.lab.results.released.code_digest` and this module's code (its syntax tree
     without docstrings): what a cached :func:`network_result` depends on."""
     here = Path(__file__)
-    return released.source_digest([here], here.parent, extra=[released.code_digest()])
+    return source_digest([here], here.parent, extra=[released.code_digest()])
 
 
 def cached_json(cache: str | Path | None, kind: str, name: str, key: Mapping[str, Any],

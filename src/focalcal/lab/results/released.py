@@ -36,10 +36,8 @@ either recomputes it.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,7 +51,7 @@ from ... import metrics
 from ...posthoc import KK_GAMMAS, KK_TEMPERATURES, MUKHOTI_TEMPERATURES, FocalTemperatureScaling, TemperatureScaling
 from ...scores import SCORES
 from ..data.released import RELEASED, released_logits, released_network
-from ..io import atomic_write_json
+from ..io import atomic_write_json, source_digest
 from .bootstrap import ece_differences
 from .protocol import apply_calibration, fit_on_grid, metric_row
 
@@ -305,44 +303,8 @@ _CODE_FILES = ("lab/results/released.py", "lab/results/bootstrap.py", "lab/resul
                "lab/data/released.py", "lab/data/published.py")
 
 
-# CPython 3.11's parser keeps its recursion depth in interpreter state: ast.parse from several
-# threads at once can fail with "AST constructor recursion depth mismatch" (the tests digest the
-# chapters from a thread pool)
-_PARSE_LOCK = threading.Lock()
-
-
-def _code_text(path: Path) -> bytes:
-    """What a module computes: its syntax tree without docstrings (comments, layout and line numbers
-    are not in the tree), so that editing documentation does not invalidate the cache."""
-    with _PARSE_LOCK:
-        tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree).encode()
-
-
-def source_digest(files: Iterable[Path], base: Path, extra: Iterable[str] = ()) -> str:
-    """The one code digest of the project's caches (the calibrator and released-network rows here,
-    the tests' smoke sweeps and executed chapters): ``files`` by their path relative to ``base``
-    and their content, a Python file by its syntax tree without docstrings (:func:`_code_text`:
-    editing documentation invalidates nothing), any other file by its bytes; then the strings of
-    ``extra`` (package versions, say). 16 hex digits."""
-    h = hashlib.sha256()
-    for p in files:
-        p = Path(p)
-        text = _code_text(p) if p.suffix == ".py" else p.read_bytes()
-        h.update(p.relative_to(base).as_posix().encode() + b"\0" + text + b"\0")
-    for item in extra:
-        h.update(item.encode() + b"\0")
-    return h.hexdigest()[:16]
-
-
 def code_digest() -> str:
-    """Digest of the code a cached row depends on (:func:`source_digest`): the library's modules
+    """Digest of the code a cached row depends on (:func:`focalcal.lab.io.source_digest`): the library's modules
     (not the losses, the plots or the lab) and the lab modules of the protocols."""
     base = Path(__file__).resolve().parents[2]  # .../focalcal
     skip = ("lab", "losses")
