@@ -141,7 +141,7 @@ def _code_text(path: Path) -> bytes:
 def source_digest(files: Iterable[Path], base: Path, extra: Iterable[str] = ()) -> str:
     """The one code digest of the project's caches (the lab's calibrator and released-network rows,
     the tests' smoke sweeps and executed chapters): ``files`` by their path relative to ``base``
-    and their content, a Python file by its syntax tree without docstrings (:func:`_code_text`:
+    and their content, a Python file by its syntax tree without docstrings (``_code_text``:
     editing documentation invalidates nothing), any other file by its bytes; then the strings of
     ``extra`` (package versions, say). 16 hex digits."""
     h = hashlib.sha256()
