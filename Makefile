@@ -26,8 +26,7 @@ SWEEP ?= 1
 # The published logits (the CIFAR-10 ResNet-50 runs and Mukhoti et al.'s released networks): a local
 # copy of the directory holding both folders wins over the download. It is looked for beside the
 # project, then beside the repository this checkout was cloned from (a clone into /tmp has no
-# ../shared of its own); an explicit FOCALCAL_LOGITS_ROOT wins over both (FOCALCAL_LOGITS_DIR, the
-# older variable naming the CIFAR-10 folder itself, is still honoured for that folder).
+# ../shared of its own); an explicit FOCALCAL_LOGITS_ROOT wins over both.
 ORIGIN := $(patsubst file://%,%,$(shell git config --get remote.origin.url 2>/dev/null))
 LOGITS_CANDIDATES := $(abspath ../shared/data) \
                      $(if $(ORIGIN),$(abspath $(ORIGIN)/../shared/data))

@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Tests never download: they read the local copy of the published logits that CI and developers
 # have, a directory holding cifar10-resnet50-logits/ and mukhoti-pretrained-logits/. `make test` finds
 # it and exports FOCALCAL_LOGITS_ROOT; a bare `pytest` in a checkout with ../shared beside it finds
-# it here. Set before any test module imports focalcal. (FOCALCAL_LOGITS_DIR, the older variable
-# naming the CIFAR-10 folder itself, still wins for that folder when set.)
+# it here. Set before any test module imports focalcal.
 _BESIDE = ROOT.parent / "shared" / "data"
 if "FOCALCAL_LOGITS_ROOT" not in os.environ and (_BESIDE / "cifar10-resnet50-logits").is_dir():
     os.environ["FOCALCAL_LOGITS_ROOT"] = str(_BESIDE)
@@ -29,14 +28,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 @pytest.fixture(scope="session")
 def shared_logits_dir() -> Path:
     """The local copy of the published CIFAR-10 logits (tests that need real data fail without it)."""
-    env = os.environ.get("FOCALCAL_LOGITS_DIR")
     root = os.environ.get("FOCALCAL_LOGITS_ROOT")
-    folder = Path(env) if env else Path(root) / "cifar10-resnet50-logits" if root else None
+    folder = Path(root) / "cifar10-resnet50-logits" if root else None
     if folder is None or not (folder / "ce_test.npz").is_file():
         pytest.fail("the published CIFAR-10 logits are needed: set FOCALCAL_LOGITS_ROOT to a directory "
                     "holding cifar10-resnet50-logits/ (`make test` looks for ../shared/data beside the "
                     "project and beside the repository it was cloned from); got "
-                    f"FOCALCAL_LOGITS_ROOT={root!r}, FOCALCAL_LOGITS_DIR={env!r}")
+                    f"FOCALCAL_LOGITS_ROOT={root!r}")
     return folder
 
 

@@ -97,7 +97,7 @@ def chromium() -> str:
 @pytest.fixture(scope="session")
 def built_book(smoke_runs, shared_logits_dir) -> Path:
     """Build the whole book once, into _build/test, with the smoke sweep's results and the
-    published logits (the build inherits FOCALCAL_LOGITS_DIR)."""
+    published logits (the build inherits FOCALCAL_LOGITS_ROOT)."""
     return jupyter_book(OUT, smoke_runs, "-W", "-n", "--keep-going")
 
 

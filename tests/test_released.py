@@ -61,9 +61,8 @@ def no_network(monkeypatch):
 
 @pytest.fixture
 def empty_env(monkeypatch, tmp_path, no_network):
-    """No local copy anywhere: empty cache, no FOCALCAL_LOGITS_ROOT / _DIR."""
+    """No local copy anywhere: empty cache, no FOCALCAL_LOGITS_ROOT."""
     monkeypatch.delenv(D.LOGITS_ROOT_ENV, raising=False)
-    monkeypatch.delenv(D.LOGITS_ENV, raising=False)
     monkeypatch.setenv(D.CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path
 
@@ -165,7 +164,6 @@ def test_download_is_checked_against_the_sha256(shared_data_root, empty_env, mon
 
 
 def test_published_logits_reads_the_root_variable(shared_data_root, monkeypatch):
-    monkeypatch.delenv(D.LOGITS_ENV, raising=False)
     monkeypatch.setenv(D.LOGITS_ROOT_ENV, str(shared_data_root))
     assert D.published_logits_path("ce", "test", download=False) == shared_data_root / D.ZHOU_FOLDER / "ce_test.npz"
     z, y = D.published_logits("focal", "test", download=False)

@@ -55,8 +55,7 @@ Published logits
 (2025) in ``han678/CalibWeightedRisk`` (removed upstream later; pinned here to the commit that
 still has them). The files carry no licence, so the project never commits them: they are
 downloaded once into a cache directory and checked against a pinned sha256, or read from a local
-copy: ``$FOCALCAL_LOGITS_ROOT`` names a directory holding every published-logits folder (the
-older ``$FOCALCAL_LOGITS_DIR`` names this one folder itself).
+copy: ``$FOCALCAL_LOGITS_ROOT`` names a directory holding every published-logits folder.
 
 Released networks
 -----------------
@@ -72,7 +71,7 @@ from .images import (DATA_ENV, DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_CLASSES, 
                      read_cifar, read_idx, read_svhn, read_tiny_imagenet, tiny_imagenet_val_mask,
                      train_val_indices)
 from .loaders import DeviceLoader, Loaders, make_loaders, seed_worker
-from .published import (CACHE_ENV, LOGITS_ENV, PUBLISHED_LOSSES, PUBLISHED_SHA256, DataUnavailableError,
+from .published import (CACHE_ENV, PUBLISHED_LOSSES, PUBLISHED_SHA256, DataUnavailableError,
                         cache_dir, published_logits, published_logits_path)
 from .released import (LOGITS_ROOT_ENV, MUKHOTI_FOLDER, RELEASED, ZHOU_FOLDER, ReleasedFile, ReleasedNetwork,
                        logits_root, released_logits, released_network, released_path)
@@ -93,7 +92,7 @@ __all__ = [
     "ImageFileDataset", "train_val_indices", "prepare_fashion_mnist", "read_cifar", "read_idx", "read_svhn",
     "tiny_imagenet_val_mask", "read_tiny_imagenet",
     # published logits
-    "LOGITS_ENV", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
+    "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
     "cache_dir", "published_logits_path", "published_logits",
     # released networks
     "LOGITS_ROOT_ENV", "MUKHOTI_FOLDER", "ZHOU_FOLDER", "RELEASED", "ReleasedFile", "ReleasedNetwork",

@@ -4,8 +4,7 @@
 pinned here to the commit that still has them). The files carry no licence, so the project never
 commits them: they are downloaded once into :func:`cache_dir` and checked against a pinned sha256,
 or read from a local copy: ``$FOCALCAL_LOGITS_ROOT/cifar10-resnet50-logits`` (the variable names a
-directory holding every published-logits folder, see :mod:`focalcal.lab.data.released`) or, as
-before, ``$FOCALCAL_LOGITS_DIR`` naming that folder itself.
+directory holding every published-logits folder, see :mod:`focalcal.lab.data.released`).
 """
 
 from __future__ import annotations
@@ -22,10 +21,9 @@ import torch
 
 from ..._validation import check_choice
 
-__all__ = ["LOGITS_ENV", "LOGITS_ROOT_ENV", "ZHOU_FOLDER", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
+__all__ = ["LOGITS_ROOT_ENV", "ZHOU_FOLDER", "CACHE_ENV", "PUBLISHED_SHA256", "PUBLISHED_LOSSES", "DataUnavailableError",
            "cache_dir", "published_logits_path", "published_logits"]
 
-LOGITS_ENV = "FOCALCAL_LOGITS_DIR"
 #: a directory holding every published-logits folder (this module's is :data:`ZHOU_FOLDER`)
 LOGITS_ROOT_ENV = "FOCALCAL_LOGITS_ROOT"
 ZHOU_FOLDER = "cifar10-resnet50-logits"
@@ -92,7 +90,7 @@ def published_logits_path(name: str, split: str = "test", *, root: str | os.Path
                           download: bool = True) -> Path:
     """Local path of one published logits file, downloading it if needed.
 
-    Looks in ``root``, then ``$FOCALCAL_LOGITS_DIR`` (files named ``<name>_<split>.npz``), then
+    Looks in ``root`` (files named ``<name>_<split>.npz``), then
     ``$FOCALCAL_LOGITS_ROOT/cifar10-resnet50-logits``, then the cache; downloads into the cache when
     ``download`` and the network allow.
     """
@@ -104,7 +102,7 @@ def published_logits_path(name: str, split: str = "test", *, root: str | os.Path
     sha = PUBLISHED_SHA256[(name, split)]
     fname = f"{name}_{split}.npz"
     in_root = os.path.join(os.environ[LOGITS_ROOT_ENV], ZHOU_FOLDER) if os.environ.get(LOGITS_ROOT_ENV) else None
-    for base in (root, os.environ.get(LOGITS_ENV), in_root):
+    for base in (root, in_root):
         if base:
             p = Path(base) / fname
             if p.is_file():
@@ -116,14 +114,14 @@ def published_logits_path(name: str, split: str = "test", *, root: str | os.Path
         return cached
     if not download:
         raise DataUnavailableError(f"{fname} is not cached and download=False; set {LOGITS_ROOT_ENV} "
-                                   f"to a directory holding {ZHOU_FOLDER}/ (or {LOGITS_ENV} to that folder)")
+                                   f"to a directory holding {ZHOU_FOLDER}/")
     url = _LOGITS_URL.format(name=name, split=split)
     try:
         _download(url, cached, sha)
     except (urllib.error.URLError, OSError, TimeoutError) as err:
         raise DataUnavailableError(
             f"could not download {url} ({err}); set {LOGITS_ROOT_ENV} to a directory holding a "
-            f"local copy of {ZHOU_FOLDER}/ (or {LOGITS_ENV} to that folder)") from err
+            f"local copy of {ZHOU_FOLDER}/") from err
     return cached
 
 
@@ -139,7 +137,7 @@ def published_logits(name: str, split: str = "test", *, root: str | os.PathLike 
     split : {"train", "test"}
         50 000 training or 10 000 test images (``"aurc"`` has only ``"test"``).
     root : path, optional
-        Directory holding ``<name>_<split>.npz``; defaults to ``$FOCALCAL_LOGITS_DIR``, then
+        Directory holding ``<name>_<split>.npz``; defaults to
         ``$FOCALCAL_LOGITS_ROOT/cifar10-resnet50-logits``.
     download : bool
         Fetch from the pinned upstream commit (sha256-checked) when not found locally.

@@ -20,9 +20,7 @@ looked for in
 1. the ``root`` argument, a directory holding the two folders above;
 2. ``$FOCALCAL_LOGITS_ROOT`` (:data:`LOGITS_ROOT_ENV`), the same layout (the Makefile and the tests
    point it at ``../shared/data``);
-3. for the ResNet-50 runs only, ``$FOCALCAL_LOGITS_DIR`` (the folder ``cifar10-resnet50-logits``
-   itself, the older variable :mod:`focalcal.lab.data.published` reads);
-4. the cache (:func:`focalcal.lab.data.cache_dir`, same layout), where it is downloaded when
+3. the cache (:func:`focalcal.lab.data.cache_dir`, same layout), where it is downloaded when
    ``download`` and the network allow.
 
 Every file is checked against its pinned sha256 wherever it comes from (a local copy too: a
@@ -43,7 +41,7 @@ import torch
 
 from ..._validation import check_choice
 from ..models import MODEL_TITLES
-from .published import (_LOGITS_COMMIT, LOGITS_ENV, LOGITS_ROOT_ENV, PUBLISHED_SHA256, ZHOU_FOLDER,
+from .published import (_LOGITS_COMMIT, LOGITS_ROOT_ENV, PUBLISHED_SHA256, ZHOU_FOLDER,
                         DataUnavailableError, _download, _sha256, cache_dir)
 from .registry import DATASETS
 
@@ -236,8 +234,6 @@ def released_path(f: ReleasedFile, *, root: str | os.PathLike | None = None, dow
     candidates = []
     if (base := logits_root()) is not None:
         candidates.append(base / f.relpath)
-    if f.relpath.startswith(ZHOU_FOLDER + "/") and os.environ.get(LOGITS_ENV):
-        candidates.append(Path(os.environ[LOGITS_ENV]) / f.relpath.split("/", 1)[1])
     for p in candidates:
         if p.is_file():
             return _check(p, f)
