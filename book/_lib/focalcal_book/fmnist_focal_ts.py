@@ -32,7 +32,7 @@ from focalcal.posthoc import FTS_CRITERIA, KK_GAMMAS, FocalTemperatureScaling, f
 from focalcal_book.verdicts import (HOLDS, NOT_RESOLVED, NOT_RUN, NOT_TRAINED, compare_ranges,
                                     every_step, majority, paired, spread_text)
 
-__all__ = ["trend", "TREND_RULES", "seed_ranges",
+__all__ = ["RULES", "trend", "TREND_RULES", "seed_ranges",
            "paired_lower", "linear_fit", "SURFACE_GAMMAS", "SURFACE_TEMPERATURES", "CRITERION_TEXT",
            "CRITERION_LABELS", "SelectionSurface", "selection_surface", "OUTCOMES", "search_table", "line_tex",
            "plot_selection_surfaces", "best_t_curves", "plot_best_t_curves"]
@@ -460,3 +460,15 @@ def plot_selection_surfaces(surfaces: Sequence[SelectionSurface], *, title: str 
     if title:
         fig.suptitle(title)
     return fig, axes[0]
+
+
+#: the rule each of the page's claims is tested by (Markdown, shown beside its verdict; ``trend``
+#: for the three trends in ``gamma_tr``)
+RULES: dict[str, str] = {
+    "kk_fts_improves": "per loss, focal TS's test ECE (equal-mass bins, both selected by validation ECE) below TS's "
+                       "on every seed; every trained loss must hold (\"among all\"), a loss that did not train "
+                       "leaves it partly tested",
+    "trend": "along cross-entropy and focal loss by growing $\\gamma_{tr}$, a step holds when the seed ranges of "
+             "neighbouring $\\gamma_{tr}$ separate in the claimed direction (falling); \"generally\" holds when "
+             "more than half of the steps hold (a step whose ranges overlap counts against)",
+}
