@@ -20,7 +20,7 @@ from scipy import stats
 from focalcal.lab import runfolder
 from focalcal.plotting import FIGURE_WIDTH_IN, color, gamma_colors
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, every_step,
-                                    falling_steps)
+                                    falling_steps, seed_summary)
 
 __all__ = ["RULES", "TREND_COLUMNS", "curvature_table", "spread", "trend_row", "ece_minimum", "rank_correlations",
            "plot_fig2", "plot_fig3", "plot_fig4"]
@@ -61,10 +61,11 @@ def curvature_table(out: str | Path, results) -> pd.DataFrame:
 
 
 def spread(frame: pd.DataFrame, by: str, column: str) -> pd.DataFrame:
-    """Mean, least and largest value over seeds (``mean``, ``low``, ``high``, ``n``) of ``column``
-    for each value of ``by``."""
-    g = frame.groupby(by)[column]
-    return pd.DataFrame({"mean": g.mean(), "low": g.min(), "high": g.max(), "n": g.size()})
+    """:func:`focalcal_book.verdicts.seed_summary` of ``column`` per value of ``by`` (ascending),
+    with the columns ``mean``, ``low``, ``high`` and ``n`` (the seeds)."""
+    s = seed_summary(frame, [column], by=(by,), order=sorted(frame[by].unique()))
+    return s.rename(columns={f"{column}_mean": "mean", f"{column}_min": "low", f"{column}_max": "high",
+                             "seeds": "n"})[["mean", "low", "high", "n"]]
 
 
 def trend_row(frame: pd.DataFrame, by: str, column: str, name: str) -> dict[str, Any]:
