@@ -229,7 +229,7 @@ def test_box_bounds_are_lower_bounds(criterion, k):
     gammas = np.array([-0.9, -0.5, 0.0, 0.3, 1.0, 2.5, 5.0, 30.0])
     temps = np.array([0.02, 0.1, 0.3, 0.5, 0.8, 1.0, 1.3, 2.0, 3.5, 5.0, 20.0])
     grid = fts.grid_scores(prob, torch.from_numpy(temps), torch.from_numpy(gammas), criterion, 15, None).numpy()
-    terms = {t: fts.Terms.at(prob, t, s) for t, s in zip(temps.tolist(), fts.tail_sums(prob, temps.tolist(), None))}
+    terms = {t: fts.Terms.at(prob, t, s) for t, s in zip(temps.tolist(), fts.group_sums(prob, temps.tolist(), None))}
     boxes = [(g0, g1, t0, t1) for g0 in range(len(gammas)) for g1 in range(g0, len(gammas))
              for t0 in range(len(temps)) for t1 in range(t0, len(temps)) if g1 - g0 <= 2 and t1 - t0 <= 3]
     for t0, t1 in {(b[2], b[3]) for b in boxes}:
@@ -241,3 +241,21 @@ def test_box_bounds_are_lower_bounds(criterion, k):
             best = grid[g0:g1 + 1, t0:t1 + 1].min()
             assert v <= best + 1e-12 * max(1.0, abs(best)), (criterion, gammas[g0], gammas[g1], temps[t0], temps[t1])
             assert math.isfinite(v)
+
+
+@pytest.mark.parametrize("binning", ["width", "mass"])
+def test_binned_bound_of_exact_confidences_is_the_calibration_error(binning):
+    """Where every confidence is known (``c_lo = c_hi``), the binned bound is the binned error
+    itself: each row's bin is known, so the partition into single bins loses nothing. Duplicated
+    rows with different labels and a confidence on a bin edge are included."""
+    z, y = _problem(600, 6, 5, scale=2.0)
+    z[300:400], y[350:400] = z[200:300], (y[200:250] + 1) % 6  # duplicates, other labels
+    z[0] = torch.tensor([math.log(2.0), 0.0, -1e4, -1e4, -1e4, -1e4], dtype=torch.float64)  # conf 2/3
+    prob = fts.Problem(z, y, dedupe=True)
+    for t in (0.4, 1.0, 2.5):
+        conf = torch.softmax(z.double() / t, -1).amax(-1)
+        per_row = torch.empty(prob.rows, dtype=torch.float64).scatter_(0, prob.inverse, conf)  # equal copies
+        exact = float(fts.calibration_error(conf, prob.correct, n_bins=15, binning=binning))
+        lb = fts.binned_lower_bound(prob, per_row[None], per_row[None], 15, binning)
+        assert float(lb[0]) <= exact + 1e-12
+        assert float(lb[0]) == pytest.approx(exact, abs=1e-9)

@@ -38,16 +38,20 @@ never evaluated exactly, because a cheap *lower bound* of their score already ex
 exact score found (branch and bound over temperature intervals, one path per gamma):
 
 * A bound over a box ``[gamma_a, gamma_b] x [T_a, T_b]`` needs, at ``T_a`` and ``T_b``, per row
-  the gap of the runner-up (``_HEADS`` classes, bounded one by one) and the sum of ``w_j`` over the
-  remaining "tail" classes -- one pass over the classes per temperature (:func:`tail_sums`). Every factor of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``,
+  the sums of ``w_j`` over groups of classes of adjacent gaps (the first ones alone, then runs of
+  growing length, :func:`group_starts`) -- one pass over the classes per temperature
+  (:func:`group_sums`). Every factor of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``,
   ``r_t``, and the range of each ``q_j``) and, for fixed ``q``, in ``gamma``; and
   :math:`h^\gamma(q)/q = (1-q)^{-\gamma}/(1+\gamma f(q))` with :math:`f(q) = -q\log q/(1-q)`
   increasing is a product of two factors each monotone in ``q`` and in ``gamma``. So each factor's
-  range over the box is attained at a corner that the sign of ``gamma`` names, and the products
-  of the ranges bound ``rho`` for every row, hence the confidence (:func:`box_bounds`).
+  range over the box (and over a group's ``q``) is attained at a corner that the sign of
+  ``gamma`` names, and the products of the ranges bound ``rho`` for every row, hence the
+  confidence (:func:`row_bounds`).
 * Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|`` (the
-  triangle inequality over bins, for equal-width and equal-mass bins alike); the NLL is bounded
-  row by row.
+  triangle inequality over bins, for equal-width and equal-mass bins alike). At a single
+  temperature the confidence intervals are narrow enough for a sharper bound: rows whose possible
+  bins lie in one run of bins count in that run's sum, the others cost their largest error
+  (:func:`binned_lower_bound`). The NLL is bounded row by row.
 * Every path is cut into boxes of ``_FIRST_STEP`` temperatures; a box whose bound does not exceed
   the best exact score of its group (plus the tie tolerance) is split at its middle temperature,
   whose own point bound is computed; at every level the live point of smallest estimated score of
@@ -56,8 +60,8 @@ exact score found (branch and bound over temperature intervals, one path per gam
   only when its bound exceeds ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the
   selection) by a margin of ``1e-9`` that covers the rounding of the bounds, so the pair selected
   among the evaluated ones, with the tie rule, is the pair the full exact search selects. The
-  pairs near the optimum (where the 1-bin bound is below the best score) are always evaluated
-  exactly: a few per cent of the paper's grid on the released networks.
+  pairs whose bound stays below the best score are evaluated exactly: 10-40 of the paper's 4500
+  on the released networks (``bench/bench_posthoc.py`` counts them).
 
 Both methods run their row blocks on ``torch.get_num_threads()`` worker threads with torch's own
 intra-op threading off for the duration (blocks are cache-sized and independent; on a loaded
@@ -77,6 +81,7 @@ import numpy as np
 import torch
 
 from .metrics import calibration_error
+from .metrics.binned import _width_index
 
 TIE_RTOL = 1e-12
 # a pair is discarded only if its lower bound exceeds the tie threshold by this (relative) margin
@@ -94,8 +99,11 @@ _MIN_EXP = -700.0
 BIG_GAMMA = 600.0
 # temperatures per first-level box of the branch and bound
 _FIRST_STEP = 64
-# classes after the top one that the bounds treat one by one (the rest form one tail group)
-_HEADS = 1
+# the bounds group the non-top classes (ordered by gap) into runs of adjacent columns: the first
+# _SINGLE one by one, then runs _GROWTH times longer each (K = 100: 1, 1, 2, 6, 16, 39, 34 classes);
+# more groups tighten the bounds and cost more per bound (measured in bench/bench_posthoc.py)
+_SINGLE = 2
+_GROWTH = 2.5
 
 
 # ============================================================================================
@@ -165,6 +173,17 @@ def _run_parts(pool: ThreadPoolExecutor | None, fn: Callable[[int, int], None], 
 # the prepared fitting set
 # ============================================================================================
 
+def group_starts(k1: int) -> list[int]:
+    """First columns of the runs of adjacent non-top classes that the bounds treat as one group."""
+    starts, s, size = [], 0, 1.0
+    while s < k1:
+        starts.append(s)
+        if len(starts) > _SINGLE:
+            size *= _GROWTH
+        s += max(1, round(size))
+    return starts
+
+
 class Problem:
     """Sorted gaps to the top logit of a fitting set, prepared once per search.
 
@@ -183,6 +202,8 @@ class Problem:
         if dedupe:
             d, self.inverse, counts = torch.unique(d, dim=0, return_inverse=True, return_counts=True)
             self.weights = counts.to(torch.float64)
+            # correct samples per distinct row (duplicated rows may carry different labels)
+            self.n_correct = torch.zeros_like(self.weights).index_add_(0, self.inverse, self.correct.double())
         else:
             self.inverse = None
             self.weights = None
@@ -197,12 +218,11 @@ class Problem:
         self.rows = d.shape[0]
         self.nb = max(1, min(self.rows, _BLOCK // max(1, self.k1)))
         self.n_blocks = -(-self.rows // self.nb)
-        # the bounds treat the first _HEADS non-top classes one by one and the rest as one tail
-        self.heads = min(self.k1, _HEADS)
-        self.dd_heads = self.dd[:, :self.heads].contiguous()
-        self.has_tail = self.k1 > self.heads
-        if self.has_tail:
-            self.dd_first, self.dd_last = self.dd[:, self.heads], self.dd[:, -1]
+        # the bounds' groups of classes: the gaps of each group's first and last class
+        self.starts = group_starts(self.k1)
+        self.ends = self.starts[1:] + [self.k1]
+        self.dd_first = self.dd[:, self.starts].contiguous()
+        self.dd_last = self.dd[:, [e - 1 for e in self.ends]].contiguous()
 
     def block(self, i: int) -> slice:
         return slice(i * self.nb, min(self.rows, (i + 1) * self.nb))
@@ -329,19 +349,22 @@ def select(scores: np.ndarray, gammas: np.ndarray, temps: np.ndarray) -> int:
 # lower bounds over boxes of (gamma, T)
 # ============================================================================================
 
-def tail_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
-    """``w_j`` summed over the tail classes per row at each temperature (the one pass over all
-    classes that a bound needs)."""
-    out = [torch.zeros(prob.rows, dtype=torch.float64, device=prob.device) for _ in temps]
-    if not prob.has_tail:
-        return out
+def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
+    """``w_j`` summed over each group of classes, ``(rows, groups)`` per temperature (the one pass
+    over all classes that a bound needs)."""
+    out = [torch.empty(prob.rows, len(prob.starts), dtype=torch.float64, device=prob.device) for _ in temps]
+    first, last = (torch.tensor(c, device=prob.device) for c in (prob.starts, prob.ends))
 
     def part(b0: int, b1: int) -> None:
         for blk in range(b0, b1):
             sl = prob.block(blk)
-            tail = prob.dd[sl, prob.heads:]
+            dd = prob.dd[sl]
             for t, o in zip(temps, out):
-                o[sl] = torch.exp(torch.mul(tail, -1.0 / t).clamp_(min=_MIN_U)).sum(-1)
+                cum = torch.exp(torch.mul(dd, -1.0 / t).clamp_(min=_MIN_U)).cumsum(-1)
+                cum = torch.cat([torch.zeros_like(cum[:, :1]), cum], -1)
+                # differences of a running sum: off by at most a rounding of the row's whole sum,
+                # far inside the search's margin (_MARGIN); never negative
+                o[sl] = (cum[:, last] - cum[:, first]).clamp_(min=0)
 
     _run_parts(pool, part, prob.n_blocks)
     return out
@@ -350,24 +373,22 @@ def tail_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | 
 @dataclass
 class Terms:
     """Per-row quantities at one temperature: ``beta``, ``-beta delta_1``, ``log(1+E)``,
-    ``log(1 - q_t)``, ``r_t`` and the tail sum."""
+    ``log(1 - q_t)``, ``r_t`` and the sums of ``w_j`` over the groups of classes."""
 
     beta: float
     c1: torch.Tensor
     sp: torch.Tensor
     lu: torch.Tensor
     r: torch.Tensor
-    uh: torch.Tensor    # (rows, heads) log w of the head classes
-    tail: torch.Tensor
+    ws: torch.Tensor    # (rows, groups)
 
     @classmethod
-    def at(cls, prob: Problem, t: float, tail: torch.Tensor) -> Terms:
+    def at(cls, prob: Problem, t: float, ws: torch.Tensor) -> Terms:
         beta = 1.0 / t
         c1 = prob.d1 * -beta
-        uh = torch.mul(prob.dd_heads, -beta).clamp_(min=_MIN_U)
-        log_e = torch.log(torch.exp(uh).sum(-1) + tail) + c1
+        log_e = torch.log(ws.sum(-1)) + c1
         sp = softplus(log_e)
-        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), uh, tail)
+        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws)
 
 
 def _q_ends(lq_lo: torch.Tensor, lq_hi: torch.Tensor) -> list[torch.Tensor]:
@@ -381,19 +402,23 @@ def _q_ends(lq_lo: torch.Tensor, lq_hi: torch.Tensor) -> list[torch.Tensor]:
     return out  # l1_lo, f_lo, l1_hi, f_hi  (l1_lo >= l1_hi, f_lo <= f_hi)
 
 
-def _g_range(ends: list[torch.Tensor], gl: torch.Tensor, gh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Range of :math:`h^\gamma(q)/q = (1-q)^{-\gamma} / (1 + \gamma f(q))` over a box.
+def _g_min(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
+    r"""Lower end of :math:`h^\gamma(q)/q = (1-q)^{-\gamma} / (1 + \gamma f(q))` over a box.
 
-    ``ends`` from :func:`_q_ends` (shape ``(rows, P)``), ``gl``/``gh`` of shape ``(M, 1, 1)``.
-    ``-gamma log(1-q)`` increases with ``gamma``, and with ``q`` iff ``gamma > 0``; ``1 + gamma f``
-    increases with ``gamma``, and with ``q`` iff ``gamma > 0``; so each extreme is at one corner.
+    ``ends`` from :func:`_q_ends`, ``[gl, gh]`` the box's gammas. ``-gamma log(1-q)`` increases
+    with ``gamma``, and with ``q`` iff ``gamma > 0``; ``1 + gamma f`` increases with ``gamma``, and
+    with ``q`` iff ``gamma > 0``; so each extreme is at one corner, which the signs name.
     """
     l1_lo, f_lo, l1_hi, f_hi = ends
-    la_max = -gh * torch.where(gh > 0, l1_hi, l1_lo)
-    la_min = -gl * torch.where(gl > 0, l1_lo, l1_hi)
-    den_min = 1 + gl * torch.where(gl >= 0, f_lo, f_hi)
-    den_max = 1 + gh * torch.where(gh >= 0, f_hi, f_lo)
-    return torch.exp(la_min).div_(den_max), torch.exp(la_max).div_(den_min)
+    den_max = 1 + gh * (f_hi if gh >= 0 else f_lo)
+    return den_max.reciprocal_() if gl == 0 else torch.exp(-gl * (l1_lo if gl > 0 else l1_hi)).div_(den_max)
+
+
+def _g_max(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
+    """Upper end of ``h^gamma(q)/q`` over a box (see :func:`_g_min`)."""
+    l1_lo, f_lo, l1_hi, f_hi = ends
+    den_min = 1 + gl * (f_lo if gl >= 0 else f_hi)
+    return den_min.reciprocal_() if gh == 0 else torch.exp(-gh * (l1_hi if gh > 0 else l1_lo)).div_(den_min)
 
 
 def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
@@ -402,37 +427,34 @@ def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     (ECE criteria), or a lower bound of ``-log p_y`` and ``+inf`` (NLL).
 
     ``a`` holds the terms at the lower temperature ``T_a`` (larger beta), ``b`` at ``T_b``. The
-    classes are the first ``_HEADS`` non-top ones, bounded one by one, and one tail group, whose
-    ``q`` lie between the last class's at ``T_a`` and the first tail class's at ``T_b``.
+    non-top classes are bounded in groups of adjacent gaps (:func:`group_starts`), one by one for
+    the first few.
     """
-    gl, gh = g_lo.view(-1, 1), g_hi.view(-1, 1)
-    # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
-    row_lo = (a.c1 + gh * torch.where(gh >= 0, a.lu, b.lu)
-              + torch.log(1 + gl * torch.where(gl >= 0, b.r, a.r)))
-    row_hi = (b.c1 + gl * torch.where(gl >= 0, b.lu, a.lu)
-              + torch.log(1 + gh * torch.where(gh >= 0, a.r, b.r)))
-    lo, hi = [a.uh + (a.c1 - b.sp).unsqueeze(-1)], [b.uh + (b.c1 - a.sp).unsqueeze(-1)]
-    if prob.has_tail:
-        lo.append((a.c1 + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp).unsqueeze(-1))
-        hi.append((b.c1 + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp).unsqueeze(-1))
-    g_min, g_max = _g_range(_q_ends(torch.cat(lo, -1), torch.cat(hi, -1)), gl.unsqueeze(-1), gh.unsqueeze(-1))
-    nh = prob.heads
-    h_lo = (g_min[..., :nh] * torch.exp(a.uh)).sum(-1)
-    h_hi = (g_max[..., :nh] * torch.exp(b.uh)).sum(-1)
-    if prob.has_tail:
-        h_lo = h_lo + g_min[..., nh] * a.tail
-        h_hi = h_hi + g_max[..., nh] * b.tail
-    lr_lo, lr_hi = row_lo + torch.log(h_lo), row_hi + torch.log(h_hi)
-    if criterion != "nll":
-        return lr_lo, lr_hi
-    # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
-    # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
-    uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
-    ends = _q_ends((a.c1 + uy_a - b.sp).unsqueeze(-1), (b.c1 + uy_b - a.sp).unsqueeze(-1))
-    _, gy_max = _g_range(ends, gl.unsqueeze(-1), gh.unsqueeze(-1))
-    lry_hi = row_hi + uy_b + torch.log(gy_max[..., 0])
-    nll = softplus(lr_lo) - torch.where(~prob.correct, lry_hi, torch.zeros_like(lry_hi))
-    return nll, torch.full_like(nll, math.inf)
+    # each group's q lie between its last class's at T_a and its first class's at T_b
+    lo = a.c1.unsqueeze(-1) + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp.unsqueeze(-1)
+    hi = b.c1.unsqueeze(-1) + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp.unsqueeze(-1)
+    ends = _q_ends(lo, hi)
+    nll = criterion == "nll"
+    if nll:
+        # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
+        # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
+        uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
+        ends_y = _q_ends(a.c1 + uy_a - b.sp, b.c1 + uy_b - a.sp)
+        miss = ~prob.correct
+    out_lo, out_hi = [], []
+    for gl, gh in zip(g_lo.tolist(), g_hi.tolist()):
+        # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
+        row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
+        row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
+        lr_lo = row_lo + torch.log((_g_min(ends, gl, gh) * a.ws).sum(-1))
+        if nll:
+            lry_hi = row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh))
+            out_lo.append(softplus(lr_lo) - torch.where(miss, lry_hi, torch.zeros_like(lry_hi)))
+        else:
+            out_lo.append(lr_lo)
+            out_hi.append(row_hi + torch.log((_g_max(ends, gl, gh) * b.ws).sum(-1)))
+    lo_all = torch.stack(out_lo)
+    return lo_all, (torch.full_like(lo_all, math.inf) if nll else torch.stack(out_hi))
 
 
 def confidence_bounds(lr_lo: torch.Tensor, lr_hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -441,12 +463,78 @@ def confidence_bounds(lr_lo: torch.Tensor, lr_hi: torch.Tensor) -> tuple[torch.T
             torch.sigmoid(lr_lo.clamp(_MIN_EXP, -_MIN_EXP).neg_()))
 
 
+def _bin_ranges(prob: Problem, c_lo: torch.Tensor, c_hi: torch.Tensor, n_bins: int,
+                binning: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """First and last bin that a confidence in ``[c_lo, c_hi]`` may fall in, per row, ``(M, rows)``.
+
+    Equal-width bins are those of :func:`focalcal.metrics.calibration_error`. An equal-mass bin is
+    ``(count(x_j <= x_i) - 1) * n_bins // N``; the count is at least the samples of the rows whose
+    whole interval lies at or below ``c_lo_i`` (and row ``i``'s own), at most those whose interval
+    starts at or below ``c_hi_i``.
+    """
+    if binning == "width":
+        return _width_index(c_lo, n_bins), _width_index(c_hi, n_bins)
+    w = prob.weights.expand_as(c_lo)
+
+    def count_le(ends: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # samples with ends <= x
+        srt, order = torch.sort(ends, -1)
+        cw = torch.cat([torch.zeros_like(srt[:, :1]), w.gather(-1, order).cumsum(-1)], -1)  # exact: counts
+        return cw.gather(-1, torch.searchsorted(srt, x.contiguous(), right=True))
+
+    lo_count = count_le(c_hi, c_lo) + torch.where(c_hi > c_lo, w, torch.zeros_like(w))
+    hi_count = count_le(c_lo, c_hi)
+    return tuple((c.round().long() - 1) * n_bins // prob.n for c in (lo_count, hi_count))
+
+
+def binned_lower_bound(prob: Problem, c_lo: torch.Tensor, c_hi: torch.Tensor, n_bins: int,
+                       binning: str) -> torch.Tensor:
+    r"""Lower bound of the binned l1 calibration error when every confidence lies in its interval.
+
+    With :math:`S_b = \sum_{i \in b} (c_i - y_i)` the error is :math:`\sum_b |S_b| / N`. For any
+    partition of the bins into runs of adjacent bins, the triangle inequality gives
+    :math:`\sum_b |S_b| \ge \sum_G |\sum_{i \in G} (c_i - y_i)|`; a row whose possible bins
+    (:func:`_bin_ranges`) lie in one run counts in that run's sum, which lies in ``[L_G, U_G]``
+    (from ``c_lo`` and ``c_hi``) and so has absolute value at least ``max(0, L_G, -U_G)``; a row
+    whose bins straddle a run boundary is left out, at the cost of its largest ``|c - y|``, counted
+    at every boundary it straddles. The best partition is found by dynamic programming over the
+    ``n_bins - 1`` boundaries; one run of all bins is the 1-bin bound ``|mean(conf) - accuracy|``.
+    """
+    m = c_lo.shape[0]
+    # widen by far more than the rounding of the exact kernel's confidences, so that a confidence
+    # at a bin edge is never placed on the wrong side by the bounds' own rounding
+    c_lo = c_lo * (1 - 1e-12)
+    c_hi = torch.clamp(c_hi * (1 + 1e-12), max=1.0)
+    b_lo, b_hi = _bin_ranges(prob, c_lo, c_hi, n_bins, binning)
+    w, nc = prob.weights, prob.n_correct
+    lo, hi = c_lo * w - nc, c_hi * w - nc
+    worst = torch.where(b_lo < b_hi, nc * (1 - c_lo) + (w - nc) * c_hi, torch.zeros_like(c_hi))
+    cell = (b_lo * n_bins + b_hi).view(m, -1)
+    off = (torch.arange(m, device=cell.device) * n_bins * n_bins).view(-1, 1)
+    tables = []
+    for v in (lo, hi, worst):
+        t = torch.zeros(m * n_bins * n_bins, dtype=torch.float64, device=v.device)
+        tables.append(t.index_add_(0, (cell + off).view(-1), v.reshape(-1)).view(m, n_bins, n_bins))
+    # in_lo/in_hi[:, a, e]: rows whose bins lie in [a, e] (b_lo >= a, b_hi <= e); across[:, k]: rows
+    # with b_lo < k <= b_hi, which straddle the boundary before bin k (0 for k = 0)
+    in_lo, in_hi = (t.flip(1).cumsum(1).flip(1).cumsum(2) for t in tables[:2])
+    straddle = tables[2].cumsum(1).flip(2).cumsum(2).flip(2).diagonal(offset=1, dim1=1, dim2=2)
+    across = torch.cat([torch.zeros_like(straddle[:, :1]), straddle], -1)
+    best = torch.zeros(m, n_bins + 1, dtype=torch.float64, device=c_lo.device)
+    for e in range(n_bins):  # best[:, e + 1]: the best runs covering bins 0..e
+        run = torch.clamp(torch.maximum(in_lo[:, :e + 1, e], -in_hi[:, :e + 1, e]), min=0)
+        best[:, e + 1] = (best[:, :e + 1] + run - across[:, :e + 1]).amax(-1)
+    return torch.clamp(best[:, -1] / prob.n, min=0)
+
+
 def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
-               criterion: str) -> tuple[np.ndarray, np.ndarray]:
+               criterion: str, n_bins: int = 15, cut: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Lower bound of the score over each box ``[g_lo, g_hi] x [T_a, T_b]`` and an estimate, ``(M,)``.
 
-    Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|``; the
-    NLL is bounded row by row (:func:`row_bounds`).
+    The binned l1 calibration errors are bounded by the 1-bin error ``|mean(conf) - accuracy|``,
+    raised to :func:`binned_lower_bound` for the boxes whose 1-bin bound is at most ``cut`` (all
+    when ``cut`` is None; the search skips the boxes it would discard anyway). The NLL is bounded
+    row by row (:func:`row_bounds`).
     """
     lo, hi = row_bounds(prob, a, b, g_lo, g_hi, criterion)
     if criterion == "nll":
@@ -455,9 +543,15 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     c_lo, c_hi = confidence_bounds(lo, hi)
     w = prob.weights / prob.n
     m_lo, m_hi = c_lo @ w, c_hi @ w
-    lb = torch.clamp(torch.maximum(m_lo - prob.acc, prob.acc - m_hi), min=0)
-    est = ((m_lo + m_hi) / 2 - prob.acc).abs()
-    return lb.cpu().numpy(), est.cpu().numpy()
+    lb = torch.clamp(torch.maximum(m_lo - prob.acc, prob.acc - m_hi), min=0).cpu().numpy()
+    est = ((m_lo + m_hi) / 2 - prob.acc).abs().cpu().numpy()
+    refine = np.ones(len(lb), dtype=bool) if cut is None else lb <= cut
+    if refine.any():
+        sel = torch.from_numpy(np.flatnonzero(refine)).to(c_lo.device)
+        binning = "mass" if criterion == "ece_mass" else "width"
+        lb[refine] = np.maximum(lb[refine], binned_lower_bound(prob, c_lo[sel], c_hi[sel], n_bins, binning)
+                                .cpu().numpy())
+    return lb, est
 
 
 # ============================================================================================
@@ -497,17 +591,23 @@ class _Search:
         self.scores: dict[Point, float] = {}
         self.lb: dict[Point, tuple[float, float]] = {}
         self.cache: dict[float, Terms] = {}
+        self.coarse: set[Point] = set()  # point bounds computed before their group had a score
         self.stats = {"temperatures": 0, "bounds": 0}
 
     def _terms(self, temps: set[float]) -> None:
         new = sorted(t for t in temps if t not in self.cache)
         if new:
-            for t, tail in zip(new, tail_sums(self.prob, new, self.pool)):
-                self.cache[t] = Terms.at(self.prob, t, tail)
+            for t, ws in zip(new, group_sums(self.prob, new, self.pool)):
+                self.cache[t] = Terms.at(self.prob, t, ws)
             self.stats["temperatures"] += len(new)
 
     def bounds(self, boxes: list[Box]) -> tuple[np.ndarray, np.ndarray]:
-        """Lower bounds and estimates of boxes (a point is a box ``(s, i, i)``)."""
+        """Lower bounds and estimates of boxes (a point is a box ``(s, i, i)``); the costlier ECE
+        bound only where the 1-bin one does not already discard the box (:func:`box_bounds`)."""
+        # the binned bound for points only (over a box of temperatures the confidence intervals
+        # are too wide for it to pay), and once their group has a score to compare with
+        cuts = np.array([_cut(self.best[self.paths[s].group]) if i == j else -np.inf for s, i, j in boxes])
+        cuts[np.isinf(cuts)] = -np.inf
         ranges = []
         for s, i, j in boxes:
             p = self.paths[s]
@@ -523,17 +623,19 @@ class _Search:
             (ta, tb), ks = item
             g = torch.tensor([ranges[k][2:] for k in ks], dtype=torch.float64, device=self.prob.device)
             lb[ks], est[ks] = box_bounds(self.prob, self.cache[ta], self.cache[tb], g[:, 0], g[:, 1],
-                                         self.criterion)
+                                         self.criterion, self.n_bins, cuts[ks])
 
         _map(self.pool, one, list(by_t.items()))
         self.stats["bounds"] += len(boxes)
         return lb, est
 
-    def point_bounds(self, pts: list[Point]) -> None:
-        pts = [p for p in dict.fromkeys(pts) if p not in self.lb]
+    def point_bounds(self, pts: list[Point], again: bool = False) -> None:
+        pts = [p for p in dict.fromkeys(pts) if again or p not in self.lb]
         if pts:
+            unscored = {p for p in pts if math.isinf(self.best[self.paths[p[0]].group])}
             lb, est = self.bounds([(s, i, i) for s, i in pts])
             self.lb.update({p: (float(v), float(e)) for p, v, e in zip(pts, lb, est)})
+            self.coarse = (self.coarse - set(pts)) | unscored
 
     def evaluate(self, pts: list[Point]) -> None:
         by_t: dict[float, list[Point]] = {}
@@ -581,7 +683,10 @@ class _Search:
             live = {float(self.paths[s].temps[i]) for s, a, b in boxes for i in (a, b)}
             self.cache = {t: v for t, v in self.cache.items() if t in live}
         # the survivors in one batch: pairs of the same temperature share the per-temperature work
-        self.evaluate([p for p, (v, _) in self.lb.items() if p not in self.scores and self.alive(p[0], v)])
+        left = [p for p, (v, _) in self.lb.items() if p not in self.scores and self.alive(p[0], v)]
+        if self.criterion != "nll":  # their bounds computed before any score, now with a threshold
+            self.point_bounds([p for p in left if p in self.coarse], again=True)
+        self.evaluate([p for p in left if self.alive(p[0], self.lb[p][0])])
         return self.scores
 
 

@@ -229,9 +229,9 @@ def _check_temperature(temperature: float | torch.Tensor | np.ndarray,
         if not bool(torch.isfinite(td).all()) or not bool((td > 0).all()):
             raise ValueError(f"temperature must be finite and > 0, got values in "
                              f"[{float(td.min()):.4g}, {float(td.max()):.4g}]")
-        try:
-            fits = torch.broadcast_shapes(t.shape, like.shape) == like.shape
-        except RuntimeError:
+        try:  # numpy's: torch.broadcast_shapes imports torch._refs on first use (~0.5 s)
+            fits = np.broadcast_shapes(t.shape, like.shape) == tuple(like.shape)
+        except ValueError:
             fits = False
         if not fits:
             raise ValueError(f"temperature of shape {tuple(t.shape)} does not broadcast to logits of "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -151,9 +152,9 @@ def calibration_error(confidences: ArrayLike, correct: ArrayLike, *, n_bins: int
     if corr.dim() == 0 or corr.shape[-1] != conf.shape[-1]:
         raise ValueError(f"correct must have shape (N,) or (..., N) with N = {conf.shape[-1]} "
                          f"(the last dim of confidences), got shape {tuple(corr.shape)}")
-    try:
-        shape = torch.broadcast_shapes(conf.shape, corr.shape)
-    except RuntimeError as err:
+    try:  # numpy's: torch.broadcast_shapes imports torch._refs on first use (~0.5 s)
+        shape = torch.Size(np.broadcast_shapes(conf.shape, corr.shape))
+    except ValueError as err:
         raise ValueError(f"correct of shape {tuple(corr.shape)} does not broadcast against "
                          f"confidences of shape {tuple(conf.shape)}") from err
     conf = conf.to(torch.float64).expand(shape)
