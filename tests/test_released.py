@@ -439,3 +439,7 @@ def test_loss_verdicts_follow_the_books_one_rule():
     assert v["FLSD-53"] == vd.NOT_RESOLVED         # one network never resolves a claim
     assert v["CE"] == vd.DOES_NOT_HOLD             # a network where focal TS is worse decides
     assert v["AURC"] == vd.NOT_RESOLVED
+
+
+def test_compared_with_places_a_value_against_the_papers():
+    assert [rb.compared_with(v, 20.0) for v in (45.8, 12.0, 20.0)] == ["above", "below", "equal to"]

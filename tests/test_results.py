@@ -267,6 +267,25 @@ def test_format_table1_and_compare():
         results.compare_calibrations(t, metric="brier")
 
 
+def test_selection_gain_pairs_the_two_selections_of_focal_ts():
+    rows = pd.DataFrame([
+        {"run": "a", "method": "focal TS (ECE)", "ece_mass": 0.02, "nll": 0.33},
+        {"run": "a", "method": "focal TS (NLL)", "ece_mass": 0.04, "nll": 0.30},
+        {"run": "a", "method": "TS (ECE)", "ece_mass": 0.05, "nll": 0.31},
+        {"run": "b", "method": "focal TS (NLL)", "ece_mass": 0.01, "nll": 0.20},
+        {"run": "b", "method": "focal TS (ECE)", "ece_mass": 0.02, "nll": 0.25},
+        {"run": "c", "method": "focal TS (ECE)", "ece_mass": 0.03, "nll": 0.40},  # no NLL selection: left out
+    ])
+    g = results.selection_gain(rows).set_index("run")
+    assert list(g.index) == ["a", "b"]
+    assert g.loc["a", "ece_gain"] == pytest.approx(1 - 0.02 / 0.04)
+    assert g.loc["a", "nll_gain"] == pytest.approx(1 - 0.30 / 0.33)
+    assert g.loc["b", "ece_gain"] == pytest.approx(1 - 0.02 / 0.01)  # selecting by ECE can lose on ECE
+    assert g.loc["b", ["ece_by_ece", "ece_by_nll", "nll_by_nll", "nll_by_ece"]].tolist() == [0.02, 0.01, 0.20, 0.25]
+    with pytest.raises(ValueError, match="by must be a column"):
+        results.selection_gain(rows, by="network")
+
+
 def test_describe_and_representative_runs():
     r = fake_results()
     d = results.describe_runs(r)

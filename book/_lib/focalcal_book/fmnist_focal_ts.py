@@ -471,4 +471,9 @@ RULES: dict[str, str] = {
     "trend": "along cross-entropy and focal loss by growing $\\gamma_{tr}$, a step holds when the seed ranges of "
              "neighbouring $\\gamma_{tr}$ separate in the claimed direction (falling); \"generally\" holds when "
              "more than half of the steps hold (a step whose ranges overlap counts against)",
+    "kk_choice_ece": "over the trained runs, the test ECE (equal-mass bins) of focal TS selected by validation ECE "
+                     "below that of focal TS selected by validation NLL on every run (`verdicts.paired`); the size "
+                     "is compared with the paper's in the text",
+    "kk_choice_nll": "over the trained runs, the test NLL of focal TS selected by validation NLL below that of "
+                     "focal TS selected by validation ECE on every run (`verdicts.paired`)",
 }

@@ -29,7 +29,8 @@ from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
 from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, combine
 
 __all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "data_check", "network_label", "compare",
-           "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "loss_verdicts", "forest_plot",
+           "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "KK_CHOICE_GAINS", "SELECTION_HEADERS",
+           "SELECTION_FORMATS", "compared_with", "loss_verdicts", "forest_plot",
            "reliability_row", "aurc_plot", "pp", "confidence_gap"]
 
 #: the sentence a page shows instead of its numbers when the logits are neither local nor downloadable
@@ -270,6 +271,22 @@ KK_SUMMARY_HEADERS = {"network": "network", "loss": "training loss", "split": "f
                       "interval": "95 % interval of the difference (pp)", "verdict": "focal TS vs TS"}
 KK_SUMMARY_FORMATS = {"t_ts": "{:.2f}", "ece_ts": "{:.2f}", "gamma": "{:g}", "t_fts": "{:.2f}", "ece_fts": "{:.2f}",
                       "ece_line": "{:.2f}"}
+
+#: Komisarenko & Kull's relative gains of the selection criterion, in percent (Sec. 5.2): an extra
+#: 20 % lower test ECE when (gamma_ev, T) are selected by ECE, about 1 % lower log-loss by log-loss
+KK_CHOICE_GAINS = {"ece": 20.0, "nll": 1.0}
+#: headers of :func:`focalcal.lab.results.selection_gain` (ECE and gains in percent)
+SELECTION_HEADERS = {"network": "network", "ece_by_ece": "ECE, selected by ECE (%)",
+                     "ece_by_nll": "ECE, selected by NLL (%)", "ece_gain": "ECE gain (%)",
+                     "nll_by_nll": "NLL, selected by NLL", "nll_by_ece": "NLL, selected by ECE",
+                     "nll_gain": "NLL gain (%)"}
+SELECTION_FORMATS = {"ece_by_ece": "{:.2f}", "ece_by_nll": "{:.2f}", "ece_gain": "{:+.1f}", "nll_by_nll": "{:.4f}",
+                     "nll_by_ece": "{:.4f}", "nll_gain": "{:+.2f}"}
+
+
+def compared_with(ours: float, theirs: float) -> str:
+    """``"above"``, ``"below"`` or ``"equal to"``: where a measured value lies against a paper's."""
+    return "above" if ours > theirs else "below" if ours < theirs else "equal to"
 
 
 def forest_plot(intervals: pd.DataFrame):

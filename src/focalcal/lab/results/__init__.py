@@ -70,7 +70,8 @@ from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibratio
 from .runs import RUNS_ENV, Run, load_histories, load_profile, load_results, load_run, runs_dir, runs_for
 from .synthetic import SyntheticTestSet, focal_loss_rows, kl_by_method, posterior_kl, synthetic_test_set
 from .tables import (RUN_COLUMNS, TABLE1_CALIBRATIONS, compare_calibrations, describe_runs, format_table1,
-                     nll_overfitting, overfitting_by_loss, representative_runs, select_losses, styled, table1)
+                     nll_overfitting, overfitting_by_loss, representative_runs, select_losses, selection_gain,
+                     styled, table1)
 
 __all__ = [
     # runs
@@ -80,7 +81,7 @@ __all__ = [
     "confidence_row", "calibrate", "apply_calibration",
     # tables
     "TABLE1_CALIBRATIONS", "RUN_COLUMNS", "describe_runs", "select_losses", "table1", "format_table1",
-    "compare_calibrations", "representative_runs", "nll_overfitting", "overfitting_by_loss", "styled",
+    "compare_calibrations", "selection_gain", "representative_runs", "nll_overfitting", "overfitting_by_loss", "styled",
     # synthetic tasks
     "SyntheticTestSet", "synthetic_test_set", "posterior_kl", "kl_by_method", "focal_loss_rows",
     # figures

@@ -66,7 +66,8 @@ HALF_SPLIT_SEED = 0
 #: a focal link have no Psi (it would be the identity).
 PSI_GAMMA: dict[str, float] = {"FLSD-53": 3.0}
 #: the post-hoc methods of :func:`kk_fit`, in the order of their rows
-KK_METHODS = ("uncalibrated", "TS (NLL)", "TS (ECE)", "focal TS (ECE)", "focal TS (ECE, 3m line)", "Psi")
+KK_METHODS = ("uncalibrated", "TS (NLL)", "TS (ECE)", "focal TS (NLL)", "focal TS (ECE)", "focal TS (ECE, 3m line)",
+              "Psi")
 #: bootstrap resamples of the focal TS vs TS comparison
 N_RESAMPLES = 1000
 
@@ -185,6 +186,7 @@ def _calibrators(n_bins: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "TS (NLL)": TemperatureScaling("nll", grid=temps, n_bins=n_bins),
         "TS (ECE)": TemperatureScaling("ece_mass", grid=temps, n_bins=n_bins),
+        "focal TS (NLL)": FocalTemperatureScaling(KK_GAMMAS, temps, criterion="nll", n_bins=n_bins),
         "focal TS (ECE)": FocalTemperatureScaling(KK_GAMMAS, temps, criterion="ece_mass", n_bins=n_bins),
         "focal TS (ECE, 3m line)": FocalTemperatureScaling(KK_GAMMAS, temps, criterion="ece_mass", search="line",
                                                            n_bins=n_bins),

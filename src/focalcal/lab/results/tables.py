@@ -13,7 +13,7 @@ from typing import Any
 from ..._validation import check_choice
 
 __all__ = ["TABLE1_CALIBRATIONS", "RUN_COLUMNS", "describe_runs", "select_losses", "table1", "format_table1",
-           "compare_calibrations", "representative_runs", "nll_overfitting", "overfitting_by_loss", "styled"]
+           "compare_calibrations", "selection_gain", "representative_runs", "nll_overfitting", "overfitting_by_loss", "styled"]
 
 #: Table 1 rows per loss: calibration -> (method of the log-loss column, method of the ECE column)
 TABLE1_CALIBRATIONS: dict[str, tuple[str, str]] = {
@@ -167,6 +167,38 @@ def compare_calibrations(table, *, metric: str = "ece", method: str = "focal TS"
     out["spread"] = spread.reindex(both).to_numpy(dtype=float) if both else []
     out["resolved"] = out["difference"].abs() > out["spread"]
     return out
+
+
+def selection_gain(results, by: str = "run"):
+    """Focal TS selected by validation ECE against focal TS selected by validation NLL, per ``by``.
+
+    Komisarenko & Kull (Sec. 5.2) select ``(gamma_ev, T)`` by the validation ECE for their ECE
+    column and by the validation log-loss for their log-loss column, and report what the choice
+    gains on the test set. ``results``: rows of ``"focal TS (ECE)"`` and ``"focal TS (NLL)"`` with
+    ``ece_mass`` and ``nll`` (a sweep's :func:`load_results`, or the released networks' rows with
+    ``by="network"``).
+
+    Returns
+    -------
+    DataFrame
+        One row per ``by`` that has both methods, in order of appearance: ``ece_by_ece``,
+        ``ece_by_nll`` (test ECE, 15 equal-mass bins, of the two selections), ``nll_by_nll``,
+        ``nll_by_ece`` (test NLL), ``ece_gain = 1 - ece_by_ece / ece_by_nll`` and
+        ``nll_gain = 1 - nll_by_nll / nll_by_ece`` (relative; positive when each criterion
+        wins on its own metric).
+    """
+    import pandas as pd
+
+    if by not in results.columns:
+        raise ValueError(f"by must be a column of results; got {by!r}")
+    methods = {"ece": "focal TS (ECE)", "nll": "focal TS (NLL)"}
+    wide = results[results["method"].isin(methods.values())].pivot_table(
+        index=by, columns="method", values=["ece_mass", "nll"], sort=False).dropna()
+    out = pd.DataFrame({"ece_by_ece": wide[("ece_mass", methods["ece"])], "ece_by_nll": wide[("ece_mass", methods["nll"])],
+                        "nll_by_nll": wide[("nll", methods["nll"])], "nll_by_ece": wide[("nll", methods["ece"])]})
+    out["ece_gain"] = 1 - out["ece_by_ece"] / out["ece_by_nll"]
+    out["nll_gain"] = 1 - out["nll_by_nll"] / out["nll_by_ece"]
+    return out.reset_index()
 
 
 def representative_runs(results, *, dataset: str | None = None,
