@@ -51,6 +51,7 @@ SOURCES: dict[str, Source] = {
     "M10": Source(_M, "Table 10", "App. E", 522, "NLL (%) post T (T cross-validated on ECE)"),
     "M11": Source(_M, "Table 11", "App. E", 537, "MCE (%) pre T"),
     "M12": Source(_M, "Table 12", "App. E", 552, "MCE (%) post T"),
+    "M8": Source(_M, "Table 8", "App. E", 486, "top-1 and top-5 accuracy (%), 'Brier Loss' column"),
     "M13": Source(_M, "Table 13", "App. F", 561, "|S99| (%) and accuracy on S99 (%), 'Focal Loss' column"),
     "M5": Source(_M, "Table 5", "App. E", 441, "ECE (%) of the focal-loss variants, post T with T in brackets"),
     "Z1": Source(_Z, "Table 1", "Sec. 5", 267, "accuracy (%) and ECE (%), equal-width bins"),
@@ -100,6 +101,13 @@ _T13 = {
 }
 
 
+# Table 8, "Brier Loss" column (the only loss released on CIFAR-100): top-1, top-5 accuracy
+_T8 = {
+    "cifar100_resnet50_brier": ("76.61", "93.24"), "cifar100_resnet110_brier": ("74.9", "92.44"),
+    "cifar100_wide_resnet_brier": ("79.41", "94.56"), "cifar100_densenet121_brier": ("76.25", "92.76"),
+}
+
+
 # Table 5, column FL-3 (focal loss with gamma = 3 fixed, not released): its temperatures on the two
 # networks of Table 13, the other focal loss that Table 13's "Focal Loss" column may be
 FL3_TEMPERATURE = {"cifar10_resnet50": ("1.1", "M5"), "cifar10_resnet110": ("1.1", "M5")}
@@ -112,6 +120,7 @@ def _mukhoti() -> dict[str, dict[str, tuple[str, str]]]:
         row.update(zip(("adaece_pre", "adaece_post", "temperature_adaece"), ((v, "M2") for v in _T2[net])))
         row.update(zip(("error", "nll_pre", "nll_post", "mce_pre", "mce_post"),
                        zip(_APPENDIX[net], ("M4", "M9", "M10", "M11", "M12"))))
+        row.update(zip(("top1", "top5"), ((v, "M8") for v in _T8.get(net, ()))))
         row.update(zip(("s99_pre", "s99_acc_pre", "s99_post", "s99_acc_post"),
                        ((v, "M13") for v in _T13.get(net, ()))))
         out[net] = row

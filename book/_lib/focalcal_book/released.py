@@ -42,7 +42,8 @@ NOTE = ("**The released networks' logits are not available on this machine** ({e
 VERDICT_COLORS = {"exact": "#dff3e4", "close": "#fff1c2", "differs": "#fbd5d2"}
 _SYMBOL = {"exact": "✓", "close": "≈", "differs": "✗"}
 
-_PCT = ("ece_pre", "ece_post", "adaece_pre", "adaece_post", "error", "nll_pre", "nll_post", "mce_pre", "mce_post",
+_PCT = ("ece_pre", "ece_post", "adaece_pre", "adaece_post", "error", "top1", "top5", "nll_pre", "nll_post",
+        "mce_pre", "mce_post",
         "s99_pre", "s99_acc_pre", "s99_post", "s99_acc_post")
 #: Mukhoti et al.'s printed quantities -> (column of ``mukhoti_table``, scale to the printed unit: %)
 MUKHOTI_COLUMNS: dict[str, tuple[str, float]] = {"temperature": ("temperature", 1.0),
@@ -57,6 +58,7 @@ MUKHOTI_HEADERS: dict[str, dict[str, str]] = {
                        "adaece_pre": "AdaECE pre T", "adaece_post": "AdaECE post T", "error": "error"},
     "tables 9-12": {"nll_pre": "NLL pre T", "nll_post": "NLL post T", "mce_pre": "MCE pre T",
                     "mce_post": "MCE post T"},
+    "table 8": {"top1": "top-1 accuracy", "top5": "top-5 accuracy"},
     "table 13": {"s99_pre": "|S99| pre T", "s99_acc_pre": "accuracy on S99 pre T", "s99_post": "|S99| post T",
                  "s99_acc_post": "accuracy on S99 post T"},
     "adaece": {"temperature_adaece": "T", "adaece_pre": "AdaECE pre T", "adaece_post": "AdaECE post T"},

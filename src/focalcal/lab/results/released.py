@@ -155,8 +155,8 @@ def mukhoti_row(split: FitEval, *, n_bins: int = 15) -> dict[str, float]:
 
     Keys: ``temperature`` (the library's :class:`~focalcal.posthoc.TemperatureScaling` with
     ``criterion="ece"`` on :data:`~focalcal.posthoc.MUKHOTI_TEMPERATURES`), ``temperature_code``
-    (:func:`code_temperature`), ``error``, and ``<q>_pre`` / ``<q>_post`` for ``q`` in ``ece``,
-    ``adaece`` (library), ``adaece_code`` (:func:`code_ece`), ``nll``, ``mce``, ``s99`` (fraction
+    (:func:`code_temperature`), ``error``, ``top1`` and ``top5`` (accuracies), and ``<q>_pre`` /
+    ``<q>_post`` for ``q`` in ``ece``, ``adaece`` (library), ``adaece_code`` (:func:`code_ece`), ``nll``, ``mce``, ``s99`` (fraction
     with confidence > 0.99) and ``s99_acc`` (accuracy on them), on the evaluation split.
     """
     ts = fit_on_grid(TemperatureScaling("ece", grid=MUKHOTI_TEMPERATURES, n_bins=n_bins), split.fit_logits,
@@ -165,7 +165,9 @@ def mukhoti_row(split: FitEval, *, n_bins: int = 15) -> dict[str, float]:
     y = split.eval_labels
     row: dict[str, float] = {"temperature": t,
                              "temperature_code": code_temperature(split.fit_logits, split.fit_labels, n_bins=n_bins),
-                             "error": 1.0 - metrics.accuracy(logits=split.eval_logits, labels=y)}
+                             "error": 1.0 - metrics.accuracy(logits=split.eval_logits, labels=y),
+                             "top1": metrics.accuracy(logits=split.eval_logits, labels=y),
+                             "top5": metrics.accuracy(logits=split.eval_logits, labels=y, top_k=5)}
     for when, z in (("pre", split.eval_logits), ("post", split.eval_logits / t)):
         conf = metrics.frac_confident(logits=z, labels=y, threshold=0.99)
         row.update({f"ece_{when}": metrics.ece(logits=z, labels=y, n_bins=n_bins),
