@@ -374,7 +374,7 @@ def test_paired_bootstrap_checks_its_statistic():
 
 def test_printed_numbers_are_complete_and_sourced(shared_data_root):
     rows = printed.printed_rows(printed.MUKHOTI)
-    assert len(rows) == 12 * 11 + 2 * 4
+    assert len(rows) == 12 * 11 + 2 * 4 + 4 * 2  # Tables 1, 2, 4, 9-12; Table 13 (two networks); Table 8 (CIFAR-100)
     assert set(rows["network"]) <= set(D.RELEASED) and set(rows["source"]) <= set(printed.SOURCES)
     z = printed.printed_rows(printed.ZHOU)
     assert len(z) == 5 * 8 and set(z["network"]) == {n for n, net in D.RELEASED.items() if net.source == "zhou2025"}
