@@ -128,6 +128,14 @@ CLAIMS: dict[str, Claim] = _claims(
      "the rise in this value for the focal loss models is much less severe"),
     ("mukhoti_gamma_order", _M, "App. E",
      "We found $\\gamma = 3$ to produce the best ECE among models trained using a fixed $\\gamma$"),
+    # page mukhoti_linear: Mukhoti et al.'s linear model (App. B)
+    ("mukhoti_linear_norms", _M, "App. B, Fig. 7",
+     "the norm of the logits and the weights of a network blows for Cross Entropy as compared to Focal Loss"),
+    ("mukhoti_linear_regions", _M, "App. B, Fig. 8",
+     "running gradient descent with cross-entropy (CE) and focal loss (FL) both gives the same decision regions"),
+    ("mukhoti_linear_mistakes", _M, "App. B, Fig. 8",
+     "CE misclassifies almost always with greater than 90% confidence whereas FL misclassifies with much lower "
+     "confidence"),
     ("mukhoti_ece_rises_late", _M, "Sec. 3, Fig. 2",
      "after epoch 150, the test set ECE rises, indicating that the network is becoming miscalibrated"),
     ("kk_fts_improves", _K, "Sec. 5.2",
