@@ -128,6 +128,10 @@ CLAIMS: dict[str, Claim] = _claims(
      "the rise in this value for the focal loss models is much less severe"),
     ("mukhoti_gamma_order", _M, "App. E",
      "We found $\\gamma = 3$ to produce the best ECE among models trained using a fixed $\\gamma$"),
+    ("mukhoti_s99_pre", _M, "App. F, Table 13",
+     "for the focal loss model is much lower than for the cross-entropy or MMCE models before temperature scaling"),
+    ("mukhoti_s99_post", _M, "App. F, Table 13",
+     "after temperature scaling,  $|S99|$  for focal loss is significantly higher than for both MMCE and cross-entropy"),
     # page mukhoti_linear: Mukhoti et al.'s linear model (App. B)
     ("mukhoti_linear_norms", _M, "App. B, Fig. 7",
      "the norm of the logits and the weights of a network blows for Cross Entropy as compared to Focal Loss"),

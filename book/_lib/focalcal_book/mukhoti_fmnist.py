@@ -280,21 +280,22 @@ def _evidence(rows: list[dict[str, Any]]):
     return pd.DataFrame(rows, columns=["part", "values", "against", "agree", "verdict"])
 
 
-def _untested(loss: str, present: set[str], failed: Sequence[str]) -> str | None:
-    """The verdict of a part comparing ``loss`` with cross-entropy that cannot be computed:
+def _untested(loss: str, present: set[str], failed: Sequence[str], baseline: str = CE) -> str | None:
+    """The verdict of a part comparing ``loss`` with ``baseline`` that cannot be computed:
     :data:`NOT_RUN` without the runs of either, :data:`NOT_TRAINED` when either did not train;
     ``None`` when the part can be judged."""
-    if loss not in present or CE not in present:
+    if loss not in present or baseline not in present:
         return NOT_RUN
-    if {loss, CE} & set(failed):
+    if {loss, baseline} & set(failed):
         return NOT_TRAINED
     return None
 
 
 def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = False,
-               failed: Sequence[str] = (), digits: int = 3):
+               failed: Sequence[str] = (), digits: int = 3, baseline: str = CE):
     """Mukhoti et al.'s "focal loss has a lower (``higher=True``: higher) ``column`` than
-    cross-entropy", one part per loss of ``losses``, seeds paired by number (:func:`compare_seeds`).
+    cross-entropy" (or than another ``baseline``), one part per loss of ``losses``, seeds paired by
+    number (:func:`compare_seeds`).
 
     A part is :data:`NOT_RUN` when the loss or cross-entropy has no row and :data:`NOT_TRAINED`
     (not computed) when either is in ``failed``; the parts are joined by
@@ -305,13 +306,14 @@ def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = Fal
     present = set(values["loss_label"])
     rows, parts = [], []
     for lo in losses:
-        v, agree = _untested(lo, present, failed), "–"
+        v, agree = _untested(lo, present, failed, baseline), "–"
         if v is None:
-            c = compare_seeds(values, column, CE, lo) if higher else compare_seeds(values, column, lo, CE)
+            c = (compare_seeds(values, column, baseline, lo) if higher
+                 else compare_seeds(values, column, lo, baseline))
             v, agree = c["verdict"], f"{c['agree']} of {c['pairs']}"
         parts.append(v)
-        rows.append({"part": lo, "values": _range(values, column, lo, digits),
-                     "against": _range(values, column, CE, digits), "agree": agree, "verdict": v})
+        rows.append({"part": lo if baseline == CE else f"{lo} vs {baseline}", "values": _range(values, column, lo, digits),
+                     "against": _range(values, column, baseline, digits), "agree": agree, "verdict": v})
     return combine(parts) if parts else NOT_RUN, _evidence(rows)
 
 
@@ -672,6 +674,11 @@ RULES: dict[str, str] = {
                                  "0.9-1.1; \"mostly\" as a majority)",
     "mukhoti_baseline_t_high": "every seed of cross-entropy and of MMCE has $T \\ge 2.0$ (the paper's lower end "
                                "of \"2.0 to 2.8\")",
+    "mukhoti_s99_pre": "share of test images predicted with confidence above 0.99 before temperature scaling "
+                       "lower for focal loss ($\\gamma = 3$ and FLSD-53) than for cross-entropy and than for MMCE, "
+                       "paired seeds, every pair",
+    "mukhoti_s99_post": "the same share after their temperature higher for focal loss ($\\gamma = 3$ and FLSD-53) "
+                        "than for cross-entropy and than for MMCE, paired seeds, every pair",
     "mukhoti_ece_rises_late": "cross-entropy's test ECE higher at the last epoch than at the last epoch before the "
                               "first learning-rate drop (their epoch 150), on every seed",
 }
@@ -691,6 +698,14 @@ def _grad_norm_claim(out, results, failed: Sequence[str], later: Sequence[int]):
         return NOT_RUN, None
     evidence = pd.concat([ev.assign(part=f"epoch {e}") for e, (_, ev) in zip(later, steps)])
     return every_step([v for v, _ in steps]), evidence
+
+
+def _against_both(table, column: str, failed: Sequence[str], *, higher: bool = False):
+    """Their Table 13 reading: the focal losses (gamma = 3 and FLSD-53) against cross-entropy and
+    against MMCE (:func:`against_ce` with each baseline), every part joined."""
+    parts = [against_ce(table, column, [FL3, FLSD53], higher=higher, failed=failed, digits=4, baseline=b)
+             for b in (CE, TABLE1_COLUMNS[2])]
+    return combine([v for v, _ in parts]), _evidence([r for _, ev in parts for r in ev.to_dict("records")])
 
 
 def claims(out: str | Path, results, table, histories, failed: Sequence[str], hist_epochs: Sequence[int]):
@@ -721,5 +736,7 @@ def claims(out: str | Path, results, table, histories, failed: Sequence[str], hi
                                       None),
         "mukhoti_baseline_t_high": (combine(list(baseline_t.values())), None),
         "mukhoti_ece_rises_late": (ece_rise, None),
+        "mukhoti_s99_pre": _against_both(table, "s99_pre", failed),
+        "mukhoti_s99_post": _against_both(table, "s99_post", failed, higher=True),
     }
     return evidence, ece_rises, drop_epoch, untested(baseline_t)
