@@ -165,6 +165,33 @@ def test_rise_and_rise_after_drop():
     assert mf.rise_after_drop(h, mf.CE, failed=[mf.CE])[0] == vd.NOT_TRAINED
 
 
+def test_falls_throughout_checks_every_quarter_on_every_seed():
+    epochs = list(range(1, 10))
+    fall = [1.0 - 0.1 * e for e in epochs]
+    h = pd.DataFrame({"run": ["r0"] * 9 + ["r1"] * 9, "loss_label": mf.CE, "seed": [0] * 9 + [1] * 9,
+                      "epoch": epochs * 2, "a": fall * 2, "b": fall * 2})
+    verdict, ev = mf.falls_throughout(h, mf.CE, ["a", "b"])
+    assert verdict == vd.HOLDS and ev["agree"].tolist() == ["8 of 8 steps fall"] * 2
+    bump = h.copy()
+    bump.loc[6, "b"] = 2.0  # seed 0, epoch 7: the 75 % mark is above the 50 % mark
+    assert mf.falls_throughout(bump, mf.CE, ["a", "b"])[0] == vd.NOT_RESOLVED
+    assert mf.falls_throughout(h.assign(a=h["a"][::-1].to_numpy()), mf.CE, ["a"])[0] == vd.DOES_NOT_HOLD
+    assert mf.falls_throughout(h[h["epoch"] == 1], mf.CE, ["a"])[0] == vd.NOT_RESOLVED  # one epoch: no step
+    assert mf.falls_throughout(h, mf.CE, ["a"], failed=[mf.CE])[0] == vd.NOT_TRAINED
+    assert mf.falls_throughout(h, mf.FL3, ["a"])[0] == vd.NOT_RUN
+
+
+def test_only_misclassified_rise():
+    h = pd.DataFrame({"run": ["r0"] * 4 + ["r1"] * 4, "loss_label": mf.CE, "seed": [0] * 4 + [1] * 4,
+                      "epoch": [1, 2, 3, 4] * 2, "lr": [0.1, 0.1, 0.01, 0.01] * 2,
+                      "test_nll_correct": [0.5, 0.3, 0.2, 0.1] * 2, "test_nll_incorrect": [2.0, 1.5, 1.8, 2.5] * 2})
+    verdict, ev = mf.only_misclassified_rise(h, mf.CE)
+    assert verdict == vd.HOLDS and ev["part"].tolist() == ["test_nll_correct", "test_nll_incorrect"]
+    h.loc[:3, "test_nll_correct"] = [0.5, 0.3, 0.4, 0.6]  # seed 0: the correct samples' NLL rises too
+    assert mf.only_misclassified_rise(h, mf.CE)[0] == vd.NOT_RESOLVED
+    assert mf.only_misclassified_rise(h, mf.CE, failed=[mf.CE])[0] == vd.NOT_TRAINED
+
+
 def test_scaled_epochs_and_late_epochs():
     assert mf.scaled_epochs(18) == [1, 5, 10]
     assert mf.scaled_epochs(350) == [10, 100, 200]

@@ -128,6 +128,11 @@ CLAIMS: dict[str, Claim] = _claims(
      "the rise in this value for the focal loss models is much less severe"),
     ("mukhoti_gamma_order", _M, "App. E",
      "We found $\\gamma = 3$ to produce the best ECE among models trained using a fixed $\\gamma$"),
+    ("mukhoti_entropy_falls", _M, "Sec. 3, Fig. 2",
+     "the entropies of the softmax distributions for both the correctly and incorrectly classified *test* samples "
+     "decrease throughout training"),
+    ("mukhoti_nll_only_incorrect", _M, "Sec. 3, Fig. 2",
+     "the increase in average test NLL is caused only by the incorrectly classified samples"),
     ("mukhoti_s99_pre", _M, "App. F, Table 13",
      "for the focal loss model is much lower than for the cross-entropy or MMCE models before temperature scaling"),
     ("mukhoti_s99_post", _M, "App. F, Table 13",

@@ -458,6 +458,53 @@ def rise_after_drop(histories, label: str, column: str = "test_ece", *, failed: 
     return paired(-rises["rise"].to_numpy()), rises, epoch
 
 
+def falls_throughout(histories, label: str, columns: Sequence[str], *, marks: int = 4,
+                     failed: Sequence[str] = ()):
+    """Mukhoti et al.'s "decrease throughout training" for the runs of ``label``: per run and column,
+    the value at ``marks + 1`` evenly spaced epochs (the first, then every ``1 / marks`` of training,
+    the last) must fall at every step, on every seed (:func:`focalcal_book.verdicts.paired` over
+    all the steps; runs of a single epoch have none: :data:`NOT_RESOLVED`). Returns ``(verdict, evidence)``, one evidence row per column."""
+    if label in failed:
+        return NOT_TRAINED, None
+    runs = [h.sort_values("epoch") for _, h in histories[histories["loss_label"] == label].groupby("run", sort=False)]
+    if not runs:
+        return NOT_RUN, None
+    rows, steps = [], []
+    for col in columns:
+        diffs = []
+        for h in runs:
+            v = h[col].to_numpy(dtype=float)
+            at = np.unique(np.round(np.linspace(0, len(v) - 1, marks + 1)).astype(int))
+            diffs += list(np.diff(v[at]))
+        steps += diffs
+        first_last = [f"{h[col].iloc[0]:.3f} → {h[col].iloc[-1]:.3f}" for h in runs]
+        rows.append({"part": col, "values": "; ".join(first_last), "against": "",
+                     "agree": f"{sum(d < 0 for d in diffs)} of {len(diffs)} steps fall",
+                     "verdict": paired(diffs) if diffs else NOT_RESOLVED})
+    return (paired(steps) if steps else NOT_RESOLVED), _evidence(rows)
+
+
+def only_misclassified_rise(histories, label: str, *, failed: Sequence[str] = ()):
+    """Mukhoti et al.'s "the increase in average test NLL is caused only by the incorrectly
+    classified samples": from the last epoch before the first learning-rate drop to the last
+    epoch, the test NLL of the correctly classified samples falls and that of the misclassified
+    ones rises, on every seed (:func:`rise_after_drop` of each, joined). Returns ``(verdict, evidence)``."""
+    parts, rows = [], []
+    for col, rises_ok in (("test_nll_correct", False), ("test_nll_incorrect", True)):
+        _, rises, _ = rise_after_drop(histories, label, col, failed=failed)
+        if label in failed:
+            v = NOT_TRAINED
+        elif rises.empty:
+            v = NOT_RUN
+        else:
+            r = rises["rise"].to_numpy()
+            v = paired(-r if rises_ok else r)
+        parts.append(v)
+        rows.append({"part": col, "values": spread_text(rises["rise"], digits=4, mean=False) if len(rises) else "–",
+                     "against": "", "agree": "rises" if rises_ok else "falls", "verdict": v})
+    return combine(parts), _evidence(rows)
+
+
 def scaled_epochs(epochs: int, paper: Sequence[int] = (10, 100, 200), paper_epochs: int = 350) -> list[int]:
     """Mukhoti et al.'s epochs ``paper`` (of ``paper_epochs``; their Fig. 4b-d) at the same fraction
     of a run of ``epochs`` epochs, at least 1, without repeats."""
@@ -674,6 +721,12 @@ RULES: dict[str, str] = {
                                  "0.9-1.1; \"mostly\" as a majority)",
     "mukhoti_baseline_t_high": "every seed of cross-entropy and of MMCE has $T \\ge 2.0$ (the paper's lower end "
                                "of \"2.0 to 2.8\")",
+    "mukhoti_entropy_falls": "cross-entropy's test entropy of the correctly and of the misclassified samples lower "
+                             "at each quarter of training than at the one before (first, 25 %, 50 %, 75 % and last "
+                             "epoch), on every seed",
+    "mukhoti_nll_only_incorrect": "from the last epoch before the first learning-rate drop to the last epoch, "
+                                  "cross-entropy's test NLL of the correctly classified samples falls and that of "
+                                  "the misclassified samples rises, on every seed",
     "mukhoti_s99_pre": "share of test images predicted with confidence above 0.99 before temperature scaling "
                        "lower for focal loss ($\\gamma = 3$ and FLSD-53) than for cross-entropy and than for MMCE, "
                        "paired seeds, every pair",
@@ -736,6 +789,9 @@ def claims(out: str | Path, results, table, histories, failed: Sequence[str], hi
                                       None),
         "mukhoti_baseline_t_high": (combine(list(baseline_t.values())), None),
         "mukhoti_ece_rises_late": (ece_rise, None),
+        "mukhoti_entropy_falls": falls_throughout(histories, CE, ["test_entropy_correct", "test_entropy_incorrect"],
+                                                  failed=failed),
+        "mukhoti_nll_only_incorrect": only_misclassified_rise(histories, CE, failed=failed),
         "mukhoti_s99_pre": _against_both(table, "s99_pre", failed),
         "mukhoti_s99_post": _against_both(table, "s99_post", failed, higher=True),
     }
