@@ -172,6 +172,13 @@ def test_psi_runs_and_table(tmp_path):
     assert 0 < tab.loc["b", "gap_se"] < 0.1
     assert tab.loc["b", "confidence_psi"] > tab.loc["b", "confidence"]  # Psi raises the top probability
     assert np.isfinite(tab[["ece_raw", "ece_psi", "ece_tsfl", "ece_tsfl_psi"]].to_numpy()).all()
+    # Fig. 4: one column per focal gamma > 0, Standard and TS_FL rows, raw and Psi curves, labelled
+    fig = pc.plot_reliability_grid(tmp_path, tab.reset_index(), "784-64-10 MLP, 100 images")
+    axes = fig.axes
+    assert len(axes) == 2 and all(ax.get_ylabel() == "accuracy" or ax.get_ylabel() == "" for ax in axes)
+    assert [len(ax.get_lines()) for ax in axes] == [3, 3]  # diagonal, raw, Psi
+    assert "ECE raw" in axes[0].get_title() and "TS" in axes[1].get_title()
+    assert axes[-1].get_xlabel() == "confidence"
 
 
 def test_profile_plan(monkeypatch):

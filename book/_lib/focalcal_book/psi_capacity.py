@@ -39,7 +39,7 @@ from focalcal.posthoc import TemperatureScaling
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, every_step,
                                     falling_steps, majority, paired, spread_text)
 
-__all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table",
+__all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table", "plot_reliability_grid",
            "settings", "roles", "best_gammas", "share_verdict", "confidence_classes",
            "best_gamma_claim", "psi_gain", "less_effective_claim", "per_seed_table", "tsfl_claim", "improves_most", "tsfl_degrades",
            "plot_ece_vs_gamma", "plot_psi_effect", "RULES", "claims"]
@@ -378,6 +378,50 @@ def plot_psi_effect(table, order: Sequence[str]):
     ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot_reliability_grid(out: str | Path, table, setting: str, seed: int | None = None):
+    """Charoenphakdee et al.'s Fig. 4 for one ``setting``: reliability diagrams of its focal networks
+    (one column per ``gamma > 0``, the run of the smallest seed unless ``seed``), trained as is
+    ("Standard", top row) and after TS$_{FL}$ (bottom row), each without Psi and with it (15
+    equal-width bins; accuracy against mean confidence per bin, the diagonal for reference; the
+    panel's title gives both test ECEs in percent, from ``table``).
+
+    Returns
+    -------
+    Figure
+    """
+    import matplotlib.pyplot as plt
+
+    from focalcal.metrics import reliability_data
+    from focalcal.plotting import FIGURE_WIDTH_IN, color
+    from focalcal.posthoc import PsiCorrection
+
+    t = table[(table["loss"] == "focal") & (table["gamma"] > 0) & (table["setting"] == setting)]
+    seed = int(t["seed"].min()) if seed is None else seed
+    t = t[t["seed"] == seed].sort_values("gamma")
+    fig, axes = plt.subplots(2, len(t), figsize=(min(FIGURE_WIDTH_IN, 1.2 + 2.6 * len(t)), 5.8), squeeze=False,
+                             sharex=True, sharey=True,
+                             layout="constrained")
+    for col, r in zip(axes.T, t.itertuples()):
+        run = load_run(runfolder.run_path(out, r.run))
+        z, y = run.test_logits.double(), run.test_labels
+        for ax, (paradigm, zz, e_raw, e_psi) in zip(col, (("Standard", z, r.ece_raw, r.ece_psi),
+                                                          ("TS$_{FL}$", z / r.t_fl, r.ece_tsfl, r.ece_tsfl_psi))):
+            ax.plot([0, 1], [0, 1], color="grey", lw=0.8)
+            for name, probs, method in (("raw", torch.softmax(zz, -1), "uncalibrated"),
+                                        (r"$\Psi$", PsiCorrection(r.gamma).predict_proba(zz), "Psi")):
+                rd = reliability_data(probs, y, n_bins=15)
+                ax.plot(rd.confidence.numpy(), rd.accuracy.numpy(), marker="o", ms=3, color=color(method), label=name)
+            ax.set_title(f"{paradigm}, $\\gamma$ = {r.gamma:g}\nECE raw {100 * e_raw:.2f}, "
+                         f"$\\Psi$ {100 * e_psi:.2f}", fontsize=9)
+            ax.set_aspect("equal")
+    for ax in axes[-1]:
+        ax.set_xlabel("confidence")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("accuracy")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=2, frameon=False)
     return fig
 
 
