@@ -256,3 +256,40 @@ def test_final_stat_and_figures(tmp_path):
     _run(tmp_path, "c", subset=0, train_logits=False)
     assert mf.plot_train_reliability(tmp_path, "c", mf.CE) == (None, [])
     matplotlib.pyplot.close("all")
+
+
+def test_confident_examples_regenerate_the_test_images(tmp_path):
+    from focalcal.lab.data import FASHION_MNIST_CLASSES, make_loaders
+
+    test = make_loaders("fashion_mnist", seed=3, subset={"train": 16, "val": 60, "test": 60}).test.dataset
+    images, y = test.dataset.images[test.indices], test.dataset.targets[test.indices]
+    rows = []
+    for name, label, scale, temp in (("ce", mf.CE, 8.0, 2.0), ("fl", mf.FL3, 2.0, 1.0)):
+        z = torch.zeros(60, 10, dtype=torch.float64)
+        pred = torch.where(torch.arange(60) < 40, y, (y + 1) % 10)  # the last 20 misclassified by both
+        z[torch.arange(60), pred] = scale * (1 + torch.arange(60, dtype=torch.float64) / 60)  # later: more confident
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        torch.save({"val_logits": z.float(), "val_labels": y, "test_logits": z.float(), "test_labels": y},
+                   d / "logits.pt")
+        runfolder.write_config(d, {"config": {"dataset": "fashion_mnist", "seed": 3, "train_subset": 16,
+                                              "eval_subset": 60}})
+        rows.append({"run": name, "loss_label": label, "seed": 3, "temperature": temp})
+    table = pd.DataFrame(rows)
+    got_images, ex = mf.confident_examples(tmp_path, table, [mf.CE, mf.FL3], n=2)
+    # the two most confident of each group under cross-entropy: test positions 39, 38 and 59, 58
+    assert torch.equal(got_images, images[[39, 38, 59, 58]])
+    assert ex["group"].tolist() == ["correct"] * 4 + ["misclassified"] * 4
+    first = ex[(ex["image"] == 2) & (ex["loss_label"] == mf.CE)].iloc[0]
+    assert first["label"] == int(y[59]) and first["predicted"] == (int(y[59]) + 1) % 10
+    p = torch.softmax(torch.zeros(10, dtype=torch.float64).index_fill(0, torch.tensor(first["predicted"]),
+                                                                     8.0 * (1 + 59 / 60)), 0)
+    assert first["conf_pre"] == pytest.approx(float(p.max()), rel=1e-6)
+    assert first["conf_post"] < first["conf_pre"]  # T = 2 softens
+    wide = mf.examples_table(ex, FASHION_MNIST_CLASSES)
+    assert list(wide.columns) == ["image", "label", mf.CE, mf.FL3] and wide["image"].tolist()[0] == "#1"
+    fig = mf.plot_examples(got_images, ex, FASHION_MNIST_CLASSES)
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()][0].startswith("#1: ")
+    # no seed with every loss: nothing to show
+    none, empty = mf.confident_examples(tmp_path, table.iloc[:1], [mf.CE, mf.FL3])
+    assert none is None and empty.empty

@@ -505,6 +505,87 @@ def only_misclassified_rise(histories, label: str, *, failed: Sequence[str] = ()
     return combine(parts), _evidence(rows)
 
 
+def confident_examples(out: str | Path, table, losses: Sequence[str], *, n: int = 4):
+    """Their Fig. 9 on these runs: test images that every loss of ``losses`` classifies correctly,
+    and images that every one misclassifies, with each loss's prediction and confidence.
+
+    Uses the smallest seed with a run of every loss in ``losses`` (``table``: :func:`protocol_table`,
+    whose ``temperature`` is Mukhoti et al.'s); of each group it keeps the ``n`` images on which
+    the first loss (cross-entropy) is most confident. Returns ``(images, rows)``: the images
+    (``(k, ...)``, the dataset's raw images, correctly classified first) and one row per image and
+    loss: ``group`` (``"correct"`` or ``"misclassified"``), ``image`` (position in ``images``),
+    ``label``, ``loss_label``, ``predicted``, ``conf_pre`` and ``conf_post`` (before and after the
+    temperature). Both are empty when no seed has every loss.
+    """
+    import pandas as pd
+
+    from focalcal.lab.results import load_run, test_set
+
+    t = table[table["loss_label"].isin(losses)]
+    full = t.groupby("seed")["loss_label"].nunique()
+    seeds = sorted(full.index[full == len(losses)])
+    if not seeds:
+        return None, pd.DataFrame(columns=["group", "image", "label", "loss_label", "predicted", "conf_pre",
+                                           "conf_post"])
+    t = t[t["seed"] == seeds[0]].set_index("loss_label")
+    runs = {lo: load_run(runfolder.run_path(out, t.loc[lo, "run"])) for lo in losses}
+    y = runs[losses[0]].test_labels
+    pre = {lo: torch.softmax(r.test_logits.double(), -1) for lo, r in runs.items()}
+    post = {lo: torch.softmax(r.test_logits.double() / float(t.loc[lo, "temperature"]), -1)
+            for lo, r in runs.items()}
+    right = torch.stack([p.argmax(-1) == y for p in pre.values()]).all(0)
+    wrong = torch.stack([p.argmax(-1) != y for p in pre.values()]).all(0)
+    conf_first = pre[losses[0]].amax(-1)
+    picks = []
+    for group, mask in (("correct", right), ("misclassified", wrong)):
+        idx = torch.nonzero(mask).squeeze(1)
+        picks += [(group, int(i)) for i in idx[conf_first[idx].argsort(descending=True)[:n]]]
+    base, where = test_set(runs[losses[0]])
+    images = base.images[where[[i for _, i in picks]]]
+    rows = [{"group": group, "image": k, "label": int(y[i]), "loss_label": lo, "predicted": int(pre[lo][i].argmax()),
+             "conf_pre": float(pre[lo][i].max()), "conf_post": float(post[lo][i].max())}
+            for k, (group, i) in enumerate(picks) for lo in losses]
+    return images, pd.DataFrame(rows)
+
+
+def examples_table(rows, class_names: Sequence[str]):
+    """:func:`confident_examples`' rows as one row per image: its number, true label and, per loss,
+    the predicted class with its confidence before and after the temperature."""
+    import pandas as pd
+
+    cell = rows.assign(text=[f"{class_names[p]}: {a:.3f} → {b:.3f}"
+                             for p, a, b in zip(rows["predicted"], rows["conf_pre"], rows["conf_post"])])
+    wide = cell.pivot(index="image", columns="loss_label", values="text")[list(dict.fromkeys(rows["loss_label"]))]
+    first = rows.drop_duplicates("image").set_index("image")
+    return pd.concat([pd.DataFrame({"image": [f"#{k + 1}" for k in wide.index],
+                                    "label": [class_names[v] for v in first.loc[wide.index, "label"]]},
+                                   index=wide.index), wide], axis=1).reset_index(drop=True)
+
+
+def plot_examples(images, rows, class_names: Sequence[str]):
+    """The images of :func:`confident_examples`, one per panel, titled with the true label, in two
+    rows (correctly classified by every loss, misclassified by every loss)."""
+    import matplotlib.pyplot as plt
+
+    from focalcal.plotting import FIGURE_WIDTH_IN
+
+    first = rows.drop_duplicates("image").set_index("image")
+    groups = list(dict.fromkeys(first["group"]))
+    ncols = max(int((first["group"] == g).sum()) for g in groups)
+    fig, axes = plt.subplots(len(groups), ncols, figsize=(min(FIGURE_WIDTH_IN, 1.7 * ncols), 2.0 * len(groups)),
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat:
+        ax.axis("off")
+    for r, g in enumerate(groups):
+        for c, (k, row) in enumerate(first[first["group"] == g].iterrows()):
+            ax = axes[r, c]
+            ax.imshow(images[k].squeeze().numpy(), cmap="gray_r")
+            ax.set_title(f"#{k + 1}: {class_names[row['label']]}", fontsize=9)
+        axes[r, 0].text(-0.15, 0.5, g, transform=axes[r, 0].transAxes, rotation=90, va="center", ha="right",
+                        fontsize=10)
+    return fig
+
+
 def scaled_epochs(epochs: int, paper: Sequence[int] = (10, 100, 200), paper_epochs: int = 350) -> list[int]:
     """Mukhoti et al.'s epochs ``paper`` (of ``paper_epochs``; their Fig. 4b-d) at the same fraction
     of a run of ``epochs`` epochs, at least 1, without repeats."""

@@ -67,7 +67,8 @@ from . import bootstrap, released
 from .figures import plot_posterior_1d, plot_posterior_kl, plot_reliability_panel, plot_training_curves
 from .protocol import (FAMILIES, METHODS, METRICS, Calibration, apply_calibration, calibrate,
                        confidence_row, metric_row, temperature_grid, training_gamma)
-from .runs import RUNS_ENV, Run, load_histories, load_profile, load_results, load_run, runs_dir, runs_for
+from .runs import (RUNS_ENV, Run, load_histories, load_profile, load_results, load_run, runs_dir, runs_for,
+                   test_set)
 from .synthetic import SyntheticTestSet, focal_loss_rows, kl_by_method, posterior_kl, synthetic_test_set
 from .tables import (RUN_COLUMNS, TABLE1_CALIBRATIONS, compare_calibrations, describe_runs, format_table1,
                      nll_overfitting, overfitting_by_loss, representative_runs, select_losses, selection_gain,
@@ -76,6 +77,7 @@ from .tables import (RUN_COLUMNS, TABLE1_CALIBRATIONS, compare_calibrations, des
 __all__ = [
     # runs
     "RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_profile", "runs_for", "load_histories",
+    "test_set",
     # protocol
     "METHODS", "FAMILIES", "METRICS", "Calibration", "training_gamma", "temperature_grid", "metric_row",
     "confidence_row", "calibrate", "apply_calibration",

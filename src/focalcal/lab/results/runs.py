@@ -11,12 +11,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import runfolder
 from ..spec import ROLES
 from ..runfolder import Run, load_run
 
 __all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_profile", "runs_for",
-           "load_histories", "describe_build"]
+           "load_histories", "describe_build", "test_set"]
 
 #: the environment variable naming the sweep folder a page reads
 RUNS_ENV = "FOCALCAL_RUNS"
@@ -148,3 +150,32 @@ def describe_build(out: str | os.PathLike, results) -> str:
             f"{_span([int(e) for e in runs['epochs']], 'epoch')}, "
             f"seed{'s' if len(seeds) > 1 else ''} {_and([str(s) for s in seeds])}.")
     return text + (f" The `{profile}` profile: {info['description']}." if profile else "")
+
+
+def test_set(run: Run) -> tuple[Any, torch.Tensor]:
+    """The test split ``run`` was evaluated on, regenerated from its config: ``(dataset, indices)``.
+
+    ``dataset`` is the whole test split of the run's dataset (:func:`focalcal.lab.data.get_dataset`:
+    items ``(x, y)``, ``.targets``; image datasets also ``.images``) and ``indices`` the run's
+    seeded subset of it, in the order of the run's test logits.
+
+    Raises
+    ------
+    ValueError
+        The regenerated labels differ from the stored ones (the data code changed since the run:
+        run it again).
+    """
+    from torch.utils.data import Subset
+
+    from ..data import make_loaders
+    from ..template import subset_sizes
+
+    subset = subset_sizes(run.config.get("train_subset", 0), run.config.get("eval_subset", 0))
+    test = make_loaders(run.config["dataset"], seed=int(run.config["seed"]), subset=subset,
+                        augment=False).test.dataset
+    base = test.dataset if isinstance(test, Subset) else test
+    idx = torch.as_tensor(test.indices) if isinstance(test, Subset) else torch.arange(len(base))
+    if not torch.equal(base.targets[idx], run.test_labels):
+        raise ValueError(f"run: the regenerated test labels of {run.run_dir} differ from the stored "
+                         f"ones: the data code changed since the run; run it again")
+    return base, idx

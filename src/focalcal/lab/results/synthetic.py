@@ -42,26 +42,16 @@ def synthetic_test_set(run: Run) -> SyntheticTestSet:
         The run's dataset is not synthetic, or the regenerated labels differ from the stored ones
         (the data code changed since the run: re-run it).
     """
-    from torch.utils.data import Subset
-
-    from ..data import DATASETS, make_loaders
-    from ..template import subset_sizes
+    from ..data import DATASETS
+    from .runs import test_set
 
     name = run.config["dataset"]
     if name not in DATASETS or DATASETS[name].kind != "synthetic":
         synthetic = [n for n, info in DATASETS.items() if info.kind == "synthetic"]
         raise ValueError(f"run: {run.run_dir.name} is on dataset {name!r}; only the synthetic "
                          f"tasks {synthetic} have a known posterior")
-    subset = subset_sizes(run.config.get("train_subset", 0), run.config.get("eval_subset", 0))
-    test = make_loaders(name, seed=int(run.config["seed"]), subset=subset).test.dataset
-    idx = torch.as_tensor(test.indices) if isinstance(test, Subset) else None
-    base = test.dataset if isinstance(test, Subset) else test
-    x, y, post = base.x, base.targets, base.posterior
-    if idx is not None:
-        x, y, post = x[idx], y[idx], post[idx]
-    if not torch.equal(y, run.test_labels):
-        raise ValueError(f"run: the regenerated test labels of {run.run_dir} differ from the stored "
-                         f"ones: the data code changed since the run; run it again")
+    base, idx = test_set(run)
+    x, y, post = base.x[idx], base.targets[idx], base.posterior[idx]
     return SyntheticTestSet(x, y, post)
 
 
