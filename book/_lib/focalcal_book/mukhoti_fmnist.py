@@ -553,7 +553,7 @@ def examples_table(rows, class_names: Sequence[str]):
     the predicted class with its confidence before and after the temperature."""
     import pandas as pd
 
-    cell = rows.assign(text=[f"{class_names[p]}: {a:.3f} → {b:.3f}"
+    cell = rows.assign(text=[f"{class_names[p]}: {a:.4f} → {b:.4f}"
                              for p, a, b in zip(rows["predicted"], rows["conf_pre"], rows["conf_post"])])
     wide = cell.pivot(index="image", columns="loss_label", values="text")[list(dict.fromkeys(rows["loss_label"]))]
     first = rows.drop_duplicates("image").set_index("image")
