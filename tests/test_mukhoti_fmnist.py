@@ -286,9 +286,10 @@ def test_confident_examples_regenerate_the_test_images(tmp_path):
                                                                      8.0 * (1 + 59 / 60)), 0)
     assert first["conf_pre"] == pytest.approx(float(p.max()), rel=1e-6)
     assert first["conf_post"] < first["conf_pre"]  # T = 2 softens
-    wide = mf.examples_table(ex, FASHION_MNIST_CLASSES)
+    assert first["label_name"] == FASHION_MNIST_CLASSES[int(y[59])]
+    wide = mf.examples_table(ex)
     assert list(wide.columns) == ["image", "label", mf.CE, mf.FL3] and wide["image"].tolist()[0] == "#1"
-    fig = mf.plot_examples(got_images, ex, FASHION_MNIST_CLASSES)
+    fig = mf.plot_examples(got_images, ex)
     assert [ax.get_title() for ax in fig.axes if ax.get_title()][0].startswith("#1: ")
     # no seed with every loss: nothing to show
     none, empty = mf.confident_examples(tmp_path, table.iloc[:1], [mf.CE, mf.FL3])

@@ -284,6 +284,10 @@ def test_selection_gain_pairs_the_two_selections_of_focal_ts():
     assert g.loc["b", ["ece_by_ece", "ece_by_nll", "nll_by_nll", "nll_by_ece"]].tolist() == [0.02, 0.01, 0.20, 0.25]
     with pytest.raises(ValueError, match="by must be a column"):
         results.selection_gain(rows, by="network")
+    # no run has the NLL selection (e.g. a profile without it): an empty table, not a KeyError
+    none = results.selection_gain(rows[rows["method"] != "focal TS (NLL)"])
+    assert none.empty and list(none.columns) == ["run", "ece_by_ece", "ece_by_nll", "nll_by_nll", "nll_by_ece",
+                                                 "ece_gain", "nll_gain"]
 
 
 def test_describe_and_representative_runs():

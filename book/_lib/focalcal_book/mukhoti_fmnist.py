@@ -512,10 +512,11 @@ def confident_examples(out: str | Path, table, losses: Sequence[str], *, n: int 
     Uses the smallest seed with a run of every loss in ``losses`` (``table``: :func:`protocol_table`,
     whose ``temperature`` is Mukhoti et al.'s); of each group it keeps the ``n`` images on which
     the first loss (cross-entropy) is most confident. Returns ``(images, rows)``: the images
-    (``(k, ...)``, the dataset's raw images, correctly classified first) and one row per image and
-    loss: ``group`` (``"correct"`` or ``"misclassified"``), ``image`` (position in ``images``),
-    ``label``, ``loss_label``, ``predicted``, ``conf_pre`` and ``conf_post`` (before and after the
-    temperature). Both are empty when no seed has every loss.
+    (``(k, C, H, W)`` uint8, the dataset's own, correctly classified first) and one row per image
+    and loss: ``group`` (``"correct"`` or ``"misclassified"``), ``image`` (position in ``images``),
+    ``label``, ``loss_label``, ``predicted``, ``label_name`` and ``predicted_name`` (the dataset's
+    class names), ``conf_pre`` and ``conf_post`` (before and after the temperature). ``(None,
+    empty)`` when no seed has every loss.
     """
     import pandas as pd
 
@@ -525,8 +526,8 @@ def confident_examples(out: str | Path, table, losses: Sequence[str], *, n: int 
     full = t.groupby("seed")["loss_label"].nunique()
     seeds = sorted(full.index[full == len(losses)])
     if not seeds:
-        return None, pd.DataFrame(columns=["group", "image", "label", "loss_label", "predicted", "conf_pre",
-                                           "conf_post"])
+        return None, pd.DataFrame(columns=["group", "image", "label", "loss_label", "predicted", "label_name",
+                                           "predicted_name", "conf_pre", "conf_post"])
     t = t[t["seed"] == seeds[0]].set_index("loss_label")
     runs = {lo: load_run(runfolder.run_path(out, t.loc[lo, "run"])) for lo in losses}
     y = runs[losses[0]].test_labels
@@ -542,27 +543,29 @@ def confident_examples(out: str | Path, table, losses: Sequence[str], *, n: int 
         picks += [(group, int(i)) for i in idx[conf_first[idx].argsort(descending=True)[:n]]]
     base, where = test_set(runs[losses[0]])
     images = base.images[where[[i for _, i in picks]]]
+    names = list(getattr(base, "classes", None) or range(int(y.max()) + 1))
     rows = [{"group": group, "image": k, "label": int(y[i]), "loss_label": lo, "predicted": int(pre[lo][i].argmax()),
+             "label_name": str(names[int(y[i])]), "predicted_name": str(names[int(pre[lo][i].argmax())]),
              "conf_pre": float(pre[lo][i].max()), "conf_post": float(post[lo][i].max())}
             for k, (group, i) in enumerate(picks) for lo in losses]
     return images, pd.DataFrame(rows)
 
 
-def examples_table(rows, class_names: Sequence[str]):
+def examples_table(rows):
     """:func:`confident_examples`' rows as one row per image: its number, true label and, per loss,
     the predicted class with its confidence before and after the temperature."""
     import pandas as pd
 
-    cell = rows.assign(text=[f"{class_names[p]}: {a:.4f} → {b:.4f}"
-                             for p, a, b in zip(rows["predicted"], rows["conf_pre"], rows["conf_post"])])
+    cell = rows.assign(text=[f"{p}: {a:.4f} → {b:.4f}"
+                             for p, a, b in zip(rows["predicted_name"], rows["conf_pre"], rows["conf_post"])])
     wide = cell.pivot(index="image", columns="loss_label", values="text")[list(dict.fromkeys(rows["loss_label"]))]
     first = rows.drop_duplicates("image").set_index("image")
     return pd.concat([pd.DataFrame({"image": [f"#{k + 1}" for k in wide.index],
-                                    "label": [class_names[v] for v in first.loc[wide.index, "label"]]},
+                                    "label": list(first.loc[wide.index, "label_name"])},
                                    index=wide.index), wide], axis=1).reset_index(drop=True)
 
 
-def plot_examples(images, rows, class_names: Sequence[str]):
+def plot_examples(images, rows):
     """The images of :func:`confident_examples`, one per panel, titled with the true label, in two
     rows (correctly classified by every loss, misclassified by every loss)."""
     import matplotlib.pyplot as plt
@@ -579,8 +582,9 @@ def plot_examples(images, rows, class_names: Sequence[str]):
     for r, g in enumerate(groups):
         for c, (k, row) in enumerate(first[first["group"] == g].iterrows()):
             ax = axes[r, c]
-            ax.imshow(images[k].squeeze().numpy(), cmap="gray_r")
-            ax.set_title(f"#{k + 1}: {class_names[row['label']]}", fontsize=9)
+            img = images[k].permute(1, 2, 0).numpy()  # (C, H, W) -> (H, W, C)
+            ax.imshow(img.squeeze(-1) if img.shape[-1] == 1 else img, cmap="gray_r")
+            ax.set_title(f"#{k + 1}: {row['label_name']}", fontsize=9)
         axes[r, 0].text(-0.15, 0.5, g, transform=axes[r, 0].transAxes, rotation=90, va="center", ha="right",
                         fontsize=10)
     return fig

@@ -192,8 +192,13 @@ def selection_gain(results, by: str = "run"):
     if by not in results.columns:
         raise ValueError(f"by must be a column of results; got {by!r}")
     methods = {"ece": "focal TS (ECE)", "nll": "focal TS (NLL)"}
+    cols = ["ece_by_ece", "ece_by_nll", "nll_by_nll", "nll_by_ece", "ece_gain", "nll_gain"]
     wide = results[results["method"].isin(methods.values())].pivot_table(
-        index=by, columns="method", values=["ece_mass", "nll"], sort=False).dropna()
+        index=by, columns="method", values=["ece_mass", "nll"], sort=False)
+    need = [(c, m) for c in ("ece_mass", "nll") for m in methods.values()]
+    if any(c not in wide.columns for c in need):  # a method has no row at all
+        return pd.DataFrame(columns=[by, *cols])
+    wide = wide[need].dropna()
     out = pd.DataFrame({"ece_by_ece": wide[("ece_mass", methods["ece"])], "ece_by_nll": wide[("ece_mass", methods["nll"])],
                         "nll_by_nll": wide[("nll", methods["nll"])], "nll_by_ece": wide[("nll", methods["ece"])]})
     out["ece_gain"] = 1 - out["ece_by_ece"] / out["ece_by_nll"]
