@@ -35,13 +35,18 @@ def test_gpu_profile_is_the_papers_networks_on_cifar_with_one_seed():
 
 
 def test_paper_profile_is_the_full_grid():
-    runs = profiles.PROFILES["paper"].expand()
-    cifar = [r for r in runs if r.dataset.startswith("cifar") and r.model != "mlp"
+    paper = profiles.PROFILES["paper"]
+    runs = paper.expand()
+    cifar = [r for r in paper.runs_of("comparison") if r.dataset.startswith("cifar") and r.model != "mlp"
              and dict(r.train)["epochs"] == 350]
     assert {r.model for r in cifar} == {"resnet50", "resnet110", "wide_resnet26_10", "densenet121"}
     assert {r.seed for r in cifar} == {0, 1, 2, 3, 4}
     assert {r.loss.display for r in cifar} == {lo.display for lo in profiles.FMNIST_LOSSES + profiles.SELECTIVE_VARIANT_LOSSES}
     assert any(r.dataset == "tiny_imagenet" for r in runs)
+    # the settings changed beside the comparison (label smoothing 0.1, the other confidence scores)
+    ablation = paper.runs_of("ablation")
+    assert {r.loss.display for r in ablation} == {lo.display for lo in (profiles.LABEL_SMOOTHING_01, *profiles.CSF_LOSSES)}
+    assert {(r.dataset, r.model, dict(r.train)["epochs"]) for r in ablation} == {("cifar10", "resnet50", 350)}
 
 
 def test_shrink_keeps_the_structure_and_the_pages_losses():

@@ -76,6 +76,8 @@ CLAIMS: dict[str, Claim] = _claims(
      "Dual Focal loss exhibits strong performance across all datasets and models"),
     ("zhou_focal_variable", _Z, "Sec. 5",
      "focal loss and inverse focal loss are more variable, depending on both the model architecture and dataset"),
+    ("zhou_csf_sensitive", _Z, "Sec. 5, Fig. 2",
+     "exhibits noticeable sensitivity to the choice of CSF in most scenarios"),
     ("zhou_fl53_poor_cwece", _Z, "App. E.3",
      "FL-53 performs poorly relative to other trainable methods on both CIFAR-10 and Tiny-ImageNet"),
     # Charoenphakdee et al. (2021): psi_capacity
@@ -137,6 +139,9 @@ CLAIMS: dict[str, Claim] = _claims(
      "for the focal loss model is much lower than for the cross-entropy or MMCE models before temperature scaling"),
     ("mukhoti_s99_post", _M, "App. F, Table 13",
      "after temperature scaling,  $|S99|$  for focal loss is significantly higher than for both MMCE and cross-entropy"),
+    ("mukhoti_ls_005", _M, "Sec. 5.1",
+     "we train models using smoothing factors  $\\alpha = 0.05$  and  $\\alpha = 0.1$  but find  $\\alpha = 0.05$  to "
+     "perform better"),
     # page mukhoti_linear: Mukhoti et al.'s linear model (App. B)
     ("mukhoti_linear_norms", _M, "App. B, Fig. 7",
      "the norm of the logits and the weights of a network blows for Cross Entropy as compared to Focal Loss"),

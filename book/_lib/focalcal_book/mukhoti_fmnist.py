@@ -20,6 +20,8 @@ verdicts on their qualitative claims:
   :mod:`focalcal_book.verdicts`'s: paired seeds, :func:`~focalcal_book.verdicts.majority` for
   "broadly" and "mostly", :func:`~focalcal_book.verdicts.every_step` for "throughout training",
   :func:`~focalcal_book.verdicts.combine` over the parts of a claim);
+- :func:`label_smoothing_table`, :func:`label_smoothing_choice`: their choice of label smoothing
+  0.05 over 0.1 (Sec. 5.1), from the "ablation" role's runs;
 - :data:`RULES`, :func:`claims`: every claim of the page, its rule, verdict and evidence;
 - :func:`plot_split_curves` (Fig. 2), :func:`plot_band_curves` (Figs. 3, 10),
   :func:`plot_grad_norm_hists` (Fig. 4b-d), :func:`plot_train_reliability` (Fig. 1).
@@ -46,7 +48,7 @@ __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE"
            "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table",
            "range_cells", "failed_losses",
            "prefix_histories", "late_epochs", "nll_rise", "rise", "late_mean", "final_stat", "grad_norm_medians",
-           "compare_seeds", "against_ce", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
+           "compare_seeds", "against_ce", "LS_005", "LS_01", "label_smoothing_table", "label_smoothing_choice", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
            "at_least_verdict", "rise_after_drop", "scaled_epochs", "plot_split_curves", "plot_band_curves",
            "plot_grad_norm_hists", "plot_train_reliability", "RULES", "ECE_CASES", "claims"]
 
@@ -65,6 +67,8 @@ CE, FL3, FLSD53 = _find("ce"), _find("focal", 3.0), _find("flsd53")
 FIG3: tuple[str, ...] = tuple(lo.display for lo in profiles.FIG3_LOSSES)
 #: the columns of Mukhoti et al.'s Tables 1-2 (cross-entropy, Brier, MMCE, LS-0.05, FLSD-53)
 TABLE1_COLUMNS: tuple[str, ...] = (CE, _find("brier"), _find("mmce"), _find("label_smoothing"), FLSD53)
+#: label smoothing as Mukhoti et al. report it (alpha = 0.05) and the other value they tried (0.1)
+LS_005, LS_01 = _find("label_smoothing"), profiles.LABEL_SMOOTHING_01.display
 #: Mukhoti et al.'s losses in the order of their tables: the baselines, the focal losses of their
 #: Tables 4-7 (with FL-5, which the book's other pages compare), then dual focal loss
 LOSSES: tuple[str, ...] = (TABLE1_COLUMNS[:4] + FIG3[1:]
@@ -315,6 +319,33 @@ def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = Fal
         rows.append({"part": lo if baseline == CE else f"{lo} vs {baseline}", "values": _range(values, column, lo, digits),
                      "against": _range(values, column, baseline, digits), "agree": agree, "verdict": v})
     return combine(parts) if parts else NOT_RUN, _evidence(rows)
+
+
+def label_smoothing_table(out: str | Path, table, ablation):
+    """:func:`protocol_table` rows of label smoothing 0.05 (from the comparison's ``table``) and 0.1
+    (computed for the runs of ``ablation``, e.g. ``runs_for(out, "ablation", setting="first")``)."""
+    import pandas as pd
+
+    others = select_runs(ablation, [LS_01])
+    parts = [table[table["loss_label"] == LS_005]] + ([protocol_table(out, others)] if len(others) else [])
+    return pd.concat(parts, ignore_index=True)
+
+
+def label_smoothing_choice(table, failed: Sequence[str] = ()):
+    """Mukhoti et al.'s "we train models using alpha = 0.05 and alpha = 0.1 but find alpha = 0.05
+    to perform better" (Sec. 5.1), in the measure of their tables: label smoothing 0.05 has a lower
+    test ECE (15 equal-width bins) than 0.1, before and after their temperature, seeds paired
+    (:func:`against_ce` with 0.1 as the baseline). ``table``: :func:`label_smoothing_table`.
+    Returns ``(verdict, evidence)``, one evidence row per half, joined by
+    :func:`~focalcal_book.verdicts.combine`."""
+    import pandas as pd
+
+    parts, rows = [], []
+    for column, when in (("ece_pre", "before T"), ("ece_post", "after T")):
+        v, ev = against_ce(table, column, [LS_005], failed=failed, baseline=LS_01)
+        parts.append(v)
+        rows.append(ev.assign(part=f"ECE {when}"))
+    return combine(parts), pd.concat(rows, ignore_index=True)
 
 
 def every_epoch(histories, column: str, losses: Sequence[str], *, higher: bool = False,
@@ -817,6 +848,9 @@ RULES: dict[str, str] = {
                        "paired seeds, every pair",
     "mukhoti_s99_post": "the same share after their temperature higher for focal loss ($\\gamma = 3$ and FLSD-53) "
                         "than for cross-entropy and than for MMCE, paired seeds, every pair",
+    "mukhoti_ls_005": "label smoothing 0.05's test ECE (15 equal-width bins) lower than label smoothing 0.1's, "
+                      "before and after their temperature, paired seeds, every pair (their tables' measure; "
+                      "\"perform better\" is not defined further)",
     "mukhoti_ece_rises_late": "cross-entropy's test ECE higher at the last epoch than at the last epoch before the "
                               "first learning-rate drop (their epoch 150), on every seed",
 }

@@ -10,6 +10,7 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
   verdicts, the range rule and the rule that joins several verdicts,
   :func:`focalcal_book.verdicts.combine`, are :mod:`focalcal_book.verdicts`'s);
   :func:`calibration_claim` and :func:`aurc_claim` write them as Markdown lists;
+- :data:`CSF_LABELS` and :func:`csf_sensitivity`: their loss under the three CSFs (their Fig. 2);
 - :func:`target_facts`, :func:`training_progress`, :func:`confidence_direction` and
   :func:`near_uniform_share`: how well the selective-risk networks learned, and which way each
   loss is miscalibrated (:func:`fig3_table`: against Zhou et al.'s reading of their Fig. 3);
@@ -38,7 +39,7 @@ from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN,
 
 __all__ = ["RULES", "ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "TARGETS", "BASELINES", "DUAL",
            "failed_losses", "versus_baselines", "good_calibration", "best_cwece", "ts_improves",
-           "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share",
+           "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share", "CSF_LABELS", "csf_sensitivity",
            "spread_table", "competitive", "lower_than", "confidence_direction",
            "training_progress", "target_facts", "FIG3_READING", "fig3_table", "DIRECTION_WORDS", "calibration_claim", "aurc_claim", "aurc_ece_plot",
            "reliability_figures", "gradient_decomposition", "initial_network_state", "mechanism_table"]
@@ -69,6 +70,10 @@ TARGETS: tuple[str, ...] = (TARGET, *VARIANT_LABELS)
 BASELINES: tuple[str, ...] = LABELS[:len(ZHOU_TABLE_LOSSES) - 1]
 #: the dual focal loss of the comparison
 DUAL = LABELS[3]
+#: Zhou et al.'s Fig. 2, their loss under each CSF of their App. Table 1 (score -> loss label): the
+#: detached variant, whose MSP runs are the comparison's and the other two the "ablation" role's
+CSF_LABELS: dict[str, str] = {"msp": VARIANT_LABELS[1],
+                              **{dict(lo.params)["score"]: lo.display for lo in profiles.CSF_LOSSES}}
 #: losses the cpu profile trains with the gradient norm clipped (:data:`focalcal.lab.sweep.CLIPPED_LOSSES`)
 CLIPPED_LABELS: frozenset[str] = frozenset(lo.display for lo in profiles.CLIPPED_LOSSES)
 
@@ -427,6 +432,29 @@ def failed_losses(table: pd.DataFrame, n_classes: int, *, fraction: float = TRAI
                      fraction=fraction)
 
 
+def csf_sensitivity(table: pd.DataFrame, failed: Sequence[str] = ()) -> str:
+    """Zhou et al.'s reading of their Fig. 2, "the calibration performance of [their loss] exhibits
+    noticeable sensitivity to the choice of CSF", in this one setting.
+
+    ``table``: :func:`per_seed` rows of the losses of :data:`CSF_LABELS`. :data:`HOLDS` when the
+    seed ranges of the test ECE before TS of two CSFs separate
+    (:func:`~focalcal_book.verdicts.compare_ranges`); :data:`NOT_RESOLVED` when every pair overlaps
+    (a few seeds cannot show that the ECE does not depend on the CSF); :data:`NOT_RUN` with fewer
+    than two CSFs' runs; :data:`NOT_TRAINED` when one of them is in ``failed``.
+    """
+    labels = [lab for lab in CSF_LABELS.values() if lab in set(table["loss_label"])]
+    if len(labels) < 2:
+        return NOT_RUN
+
+    def verdict() -> str:
+        values = [_values(table, lab, "ece_raw") for lab in labels]
+        apart = any(compare_ranges(a, b) != NOT_RESOLVED
+                    for i, a in enumerate(values) for b in values[i + 1:])
+        return HOLDS if apart else NOT_RESOLVED
+
+    return gate(labels, failed, verdict)
+
+
 def versus_baselines(table: pd.DataFrame, target: str, failed: Sequence[str] = ()) -> pd.DataFrame:
     """The rows of ``target`` and of the :data:`BASELINES` that trained: what ``target`` is
     compared with (the other variants of the selective-risk loss are not its competitors)."""
@@ -672,4 +700,6 @@ RULES: dict[str, str] = {
             "trained baseline's on every seed; more than half of the cases (one here)",
     "ts": "cwECE after TS below cwECE before, on every seed",
     "dual": "claim 1's rule for dual focal loss against the other trained losses of Table 1",
-    "variable": "needs several architectures and data sets; this comparison has one"}
+    "variable": "needs several architectures and data sets; this comparison has one",
+    "csf": "the detached variant under each CSF; the test ECE before TS of two CSFs apart on every seed (seed "
+           "ranges separate); a majority of settings needs several, this comparison has one"}

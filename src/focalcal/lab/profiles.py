@@ -21,7 +21,7 @@ from .spec import Block, Loss, Profile, loss
 
 __all__ = [
     "ALL_LOSSES", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
-    "CPU_FMNIST_DUAL_TRAIN", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
+    "CPU_FMNIST_DUAL_TRAIN", "CSF_LOSSES", "LABEL_SMOOTHING_01", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
     "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CURVATURE_GAMMAS",
     "CURVATURE_MLP", "CURVATURE_TAUS", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
     "GPU_CURVATURE_MLP", "GPU_CURVATURE_TRAIN", "GPU_FIG1_TRAIN", "GPU_FLSC531",
@@ -119,6 +119,14 @@ CLIPPED_LOSSES = (TABLE1_LOSSES[5], loss("mmce", label="MMCE"), loss("selective_
 # the printed one (same seeds, same clipping) so that each variant gets its own verdict.
 SELECTIVE_VARIANT_LOSSES = (loss("selective_risk", label="selective-risk (released)", variant="released"),
                             loss("selective_risk", label="selective-risk (detached weights)", variant="detached"))
+# Zhou et al.'s Fig. 2 (their loss under each confidence score of their App. Table 1) and Mukhoti
+# et al.'s choice of label smoothing 0.05 over 0.1 (Sec. 5): the comparison's network and recipe
+# with one setting of a loss changed (role "ablation"). The scores are tried on the detached
+# variant, the form of the printed loss that trains here (its MSP runs are the detached ones
+# above); the released code's double softmax would make its negative entropy constant.
+CSF_LOSSES = tuple(loss("selective_risk", label=f"selective-risk (detached weights, {name})", variant="detached",
+                        score=score) for score, name in (("neg_entropy", "negative entropy"), ("margin", "softmax margin")))
+LABEL_SMOOTHING_01 = loss("label_smoothing", alpha=0.1, label="label smoothing (0.1)")
 #: every loss of the Fashion-MNIST comparison, in the order the pages list them
 FMNIST_LOSSES = (TABLE1_LOSSES[:5] + (FIG3_LOSSES[2],) + MUKHOTI_BASELINES + ZHOU_LOSSES
                  + KK_EXTRA_LOSSES + CLIPPED_LOSSES)
@@ -179,7 +187,7 @@ SMOKE_LENGTH_LOSSES = LENGTH_LOSSES[::2]  # CE and focal-3
 # Per-epoch records on 500 validation and test images (an MLP's run is mostly papermill's start).
 PSI_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0)
 PSI_LOSSES = (tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in PSI_GAMMAS)
-              + (loss("label_smoothing", alpha=0.1, label="label smoothing (0.1)"),))
+              + (LABEL_SMOOTHING_01,))
 PSI_SMALL_MLP = {"in_features": 784, "hidden": [64]}
 PSI_LARGE_MLP = {"in_features": 784, "hidden": [512, 512]}
 CPU_PSI_TRAIN = {"epochs": 20, "train_subset": 4000, "eval_subset": 5000, "batch_size": 64,
@@ -207,7 +215,7 @@ def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequenc
 # all 45 000 training images, per-epoch records on every evaluation image. The loaders use worker
 # processes and pinned memory ("auto"), the trainer bf16 autocast and channels_last ("auto" on
 # CUDA); torch.compile stays off ("torch_compile": True in GPU_TRAIN tries it). The schedule's
-# reasoning and the measured cost (about 7 GPU-hours on one H100): README, "What the profiles cost".
+# reasoning and the measured cost (about 7.5 GPU-hours on one H100): README, "What the profiles cost".
 GPU_TRAIN = {"epochs": 60, "schedule": "paper_cifar", "batch_size": 128, "optimizer": "sgd", "lr": 0.1,
              "device": "auto", "train_subset": 0, "eval_subset": 0}
 # Mukhoti et al.'s Fig. 1 (training-set reliability) for the Fig. 3 losses: logits of the
@@ -263,7 +271,9 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
         Block(["cifar10"], ["mlp"], curvature_losses()[1], analysis_seeds[:2], train=GPU_CURVATURE_TRAIN,
               posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP, role="curvature"),
         *psi_blocks(GPU_PSI_TRAIN, GPU_PSI_SMALL_DATA_TRAIN, analysis_seeds[:2], dataset="cifar10",
-                    in_features=CIFAR_INPUTS)]
+                    in_features=CIFAR_INPUTS),
+        Block(["cifar10"], ["resnet50"], (LABEL_SMOOTHING_01,), seeds, train=train, role="ablation"),
+        Block(["cifar10"], ["resnet50"], CSF_LOSSES, seeds, train=clipped, role="ablation")]
 
 
 # ---------------------------------------------------------------------- the paper profile ---
@@ -321,7 +331,9 @@ PROFILES: dict[str, Profile] = {
          Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC, role="length"),
          *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
-                     (PSI_LOSSES[0], PSI_LOSSES[3]))]),
+                     (PSI_LOSSES[0], PSI_LOSSES[3])),
+         Block(["fashion_mnist"], ["cnn"], CSF_LOSSES[1:], [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC,
+               role="ablation")]),
     "cpu": Profile(
         "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
         [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train=CPU_FMNIST_FIG1_TRAIN),
@@ -337,10 +349,13 @@ PROFILES: dict[str, Profile] = {
                posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP, role="curvature"),
          Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC, role="length"),
-         *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1])]),
+         *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1]),
+         Block(["fashion_mnist"], ["cnn"], (LABEL_SMOOTHING_01,), [0, 1, 2], train=CPU_FMNIST_TRAIN,
+               role="ablation"),
+         Block(["fashion_mnist"], ["cnn"], CSF_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN, role="ablation")]),
     "gpu": Profile(
         "CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, the papers' schedule compressed "
-        "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 7 hours on an H100)",
+        "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 7.5 hours on an H100)",
         _gpu_blocks(GPU_TRAIN, GPU_FIG1_TRAIN, GPU_CLIPPED_TRAIN, [0], GPU_MODELS, GPU_OTHER_LOSSES,
                     [0, 1, 2])),
     "paper": Profile(

@@ -143,4 +143,6 @@ ROLES: dict[str, str] = {
     "curvature": "focal loss and the Tr(H) penalty, with the Hessian measured (curvature_measured)",
     "length": "logits saved after growing numbers of epochs (when_focal_helps)",
     "psi": "focal loss and Psi across capacity and data size (psi_capacity)",
+    "ablation": "the comparison's network with one setting of a loss changed (zhou_fmnist's confidence "
+                "scores, mukhoti_fmnist's label smoothing 0.1)",
 }
