@@ -451,6 +451,51 @@ def test_label_smoothing_matches_formula_and_torch_convention():
         L.LabelSmoothingLoss(alpha=1.5)
 
 
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 2.0, 3.5])
+def test_focal_loss_with_label_smoothing_matches_formula(gamma):
+    """Charoenphakdee et al.'s "LS" paradigm: the focal loss against the smoothed target, value and
+    gradient against the direct float64 formula; gamma = 0 is label_smoothing_loss, a = 0 the focal loss."""
+    x, t = rand_batch(40, 5, seed=43)
+    x = x.double().requires_grad_(True)
+    a = 0.1
+    p = torch.softmax(x, 1)
+    s = torch.full_like(p, a / 4).scatter(1, t.unsqueeze(1), 1 - a)
+    ref = -(s * (1 - p) ** gamma * torch.log(p)).sum(1)
+    out = L.focal_loss(x, t, gamma, label_smoothing=a, reduction="none")
+    torch.testing.assert_close(out, ref)
+    g_out, = torch.autograd.grad(out.sum(), x)
+    g_ref, = torch.autograd.grad(ref.sum(), x)
+    torch.testing.assert_close(g_out, g_ref)
+    module = L.FocalLoss(gamma, label_smoothing=a)
+    torch.testing.assert_close(module(x, t), ref.mean())
+    assert "label_smoothing=0.1" in repr(module)
+    torch.testing.assert_close(L.focal_loss(x, t, gamma, label_smoothing=0.0), L.focal_loss(x, t, gamma))
+    if gamma == 0.0:
+        torch.testing.assert_close(L.focal_loss(x, t, 0.0, label_smoothing=a), L.label_smoothing_loss(x, t, a))
+
+
+def test_focal_loss_with_label_smoothing_on_extreme_and_low_precision_input():
+    z = torch.tensor([[1e4, -1e4, 0.0], [-1e4, 1e4, 0.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    y = torch.tensor([0, 0, 2])
+    out = L.focal_loss(z, y, 3.0, label_smoothing=0.1)
+    out.backward()
+    assert torch.isfinite(out) and torch.isfinite(z.grad).all()
+    x, t = rand_batch(30, 4, seed=47)
+    ref = L.focal_loss(x.double(), t, 2.0, label_smoothing=0.2)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        assert float(L.focal_loss(x.to(dtype), t, 2.0, label_smoothing=0.2)) == pytest.approx(float(ref), rel=2e-2)
+    ignored = t.clone()
+    ignored[:5] = -100
+    torch.testing.assert_close(L.focal_loss(x, ignored, 2.0, label_smoothing=0.2),
+                               L.focal_loss(x[5:], t[5:], 2.0, label_smoothing=0.2))
+    with pytest.raises(TypeError, match="label_smoothing"):
+        L.focal_loss(x, t, 2.0, label_smoothing="0.1")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        L.focal_loss(x, t, 2.0, label_smoothing=0.8)  # > (K-1)/K = 0.75
+    with pytest.raises(ValueError, match="label_smoothing"):
+        L.FocalLoss(label_smoothing=-0.1)
+
+
 # --------------------------------------------------------------------------------------------
 # MMCE and KDE-XE
 # --------------------------------------------------------------------------------------------

@@ -52,7 +52,9 @@ def test_paper_profile_is_the_full_grid():
 def test_shrink_keeps_the_structure_and_the_pages_losses():
     small = profiles.shrink(profiles.PROFILES["gpu"])
     runs = small.expand()
-    assert len(runs) < 25
+    # at most two losses and one seed per block: a few runs per block of the gpu profile
+    assert all(len(b.losses) <= 2 and len(list(b.seeds)) == 1 for b in small.blocks)
+    assert len(runs) == sum(len(b.datasets) * len(b.models) * len(b.losses) for b in small.blocks) < 30
     assert {(r.dataset, r.model) for r in runs} == {(r.dataset, r.model) for r in profiles.PROFILES["gpu"].expand()
                                                    if r.loss in profiles.page_losses()}
     for r in runs:

@@ -185,6 +185,7 @@ def test_profile_plan(monkeypatch):
     cpu = pc.profile_plan("cpu")
     assert cpu["gammas"] == list(profiles.PSI_GAMMAS) and cpu["ls_alpha"] == 0.1
     assert cpu["runs"] == 3 * len(profiles.PSI_LOSSES) * cpu["seeds"] and len(cpu["settings"]) == 3
+    assert cpu["ls_paradigm"] == len(profiles.PSI_LS_LOSSES) * cpu["seeds"]
     # the curvature chapter's MLPs (same network, focal labels, another role) are not counted
     assert all("64 MLP" not in s or "4,000" in s for s in cpu["settings"])
     assert pc.profile_plan("smoke")["ls_alpha"] is None

@@ -96,6 +96,8 @@ CLAIMS: dict[str, Claim] = _claims(
     ("charoen_tsfl_always", _C, "Sec. 6.2, Fig. 6",
      "a larger $\\gamma$ always leads to worse performance and $\\Psi^\\gamma$ can effectively mitigate "
      "this problem for every dataset"),
+    ("charoen_ls_always", _C, "Sec. 6.2, Fig. 6",
+     "For **LS** and **TS<sub>FL</sub>**, we observe that a larger  $\\gamma$  always leads to worse performance"),
     # Kimura & Naganuma (2024): curvature_measured
     ("kimura_lambda_monotone", _H, "Fig. 2",
      "For all architectures, λmax(Hval) monotonically decreases with increasing γ"),

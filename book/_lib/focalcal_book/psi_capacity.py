@@ -55,10 +55,14 @@ def setting_name(hidden: Sequence[int], n_train: int, in_features: int = 784, n_
     return f"{widths} MLP, {f'{int(n_train):,}' if n_train else 'all'} images"
 
 
-def psi_runs(out: str | Path, results) -> Any:
+def psi_runs(out: str | Path, results, *, paradigm: str = "standard") -> Any:
     """The runs of ``results`` trained with a loss of :data:`LOSSES`: the page passes the rows of
     the sweep's ``psi`` role (``focalcal.lab.results.runs_for(out, "psi")``), the MLPs of this
     chapter (the curvature chapter's share the network and the loss labels, under another role).
+
+    ``paradigm="standard"``: one-hot labels (focal loss) and the label-smoothing networks (at
+    ``gamma = 0``, a point beside the ``gamma`` axis); ``"LS"``: their LS paradigm, the focal loss
+    trained against smoothed labels, with the label-smoothing networks as its ``gamma = 0``.
 
     Returns
     -------
@@ -73,12 +77,18 @@ def psi_runs(out: str | Path, results) -> Any:
 
     cols = ["run", "loss", "loss_label", "gamma", "seed", "hidden", "in_features", "n_train", "n_params",
             "epochs", "setting"]
+    if paradigm not in ("standard", "LS"):
+        raise ValueError(f"paradigm must be 'standard' or 'LS', got {paradigm!r}")
     r = results.drop_duplicates("run")
     r = r[r["loss"].isin(LOSSES)]
     rows = []
     for rec in r.to_dict("records"):
         blob = runfolder.read_config(runfolder.run_path(out, rec["run"]))
         config = blob["config"]
+        lp = config.get("loss_params") or "{}"
+        lp = json.loads(lp) if isinstance(lp, str) else dict(lp)
+        if rec["loss"] == "focal" and bool(lp.get("label_smoothing")) != (paradigm == "LS"):
+            continue
         mp = config.get("model_params") or "{}"
         mp = json.loads(mp) if isinstance(mp, str) else dict(mp)
         hidden = tuple(int(w) for w in mp.get("hidden", ()))
@@ -86,13 +96,14 @@ def psi_runs(out: str | Path, results) -> Any:
         widths = (in_features, *hidden, 10)
         n_params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
         n_train = int(blob["data"]["train"])
-        lp = config.get("loss_params") or "{}"
-        lp = json.loads(lp) if isinstance(lp, str) else dict(lp)
         rows.append({"run": rec["run"], "loss": rec["loss"], "loss_label": rec["loss_label"],
                      "gamma": training_gamma(rec["loss"], lp), "seed": int(rec["seed"]), "hidden": hidden,
                      "in_features": in_features, "n_train": n_train, "n_params": n_params,
                      "epochs": int(config["epochs"]), "setting": setting_name(hidden, n_train, in_features)})
-    return pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=cols)
+    if paradigm == "LS":  # the label-smoothing networks of the settings the paradigm trains
+        out = out[out["setting"].isin(set(out.loc[out["loss"] == "focal", "setting"]))].reset_index(drop=True)
+    return out
 
 
 def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any]:
@@ -100,7 +111,8 @@ def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any
     page can state it without hard-coding it): ``settings`` (:func:`setting_name`, in the
     profile's order), ``runs``, ``gammas`` (focal), ``ls_alpha`` (label smoothing, or ``None``),
     ``seeds`` (number) and ``epochs``: the runs of its ``psi`` role (of its
-    :func:`~focalcal.lab.profiles.shrink` version with ``shrunk``) with a loss of :data:`LOSSES`.
+    :func:`~focalcal.lab.profiles.shrink` version with ``shrunk``) with a loss of :data:`LOSSES`,
+    but the LS paradigm's, which ``ls_paradigm`` counts.
 
     Raises
     ------
@@ -108,9 +120,10 @@ def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any
         Unknown ``profile`` (the message of :func:`focalcal.lab.profiles.get_profile`), or a profile
         without such runs.
     """
-    runs = [r for r in profiles.get_profile(profile, shrunk=shrunk).runs_of("psi") if r.loss.name in LOSSES]
-    if not runs:
+    every = [r for r in profiles.get_profile(profile, shrunk=shrunk).runs_of("psi") if r.loss.name in LOSSES]
+    if not every:
         raise ValueError(f"profile {profile!r} has no runs of the Psi chapter")
+    runs = [r for r in every if not dict(r.loss.params).get("label_smoothing")]
     names = list(dict.fromkeys(setting_name(dict(r.model_params)["hidden"], dict(r.train)["train_subset"],
                                             dict(r.model_params).get("in_features", 784))
                                for r in runs))
@@ -118,7 +131,7 @@ def profile_plan(profile: str = "cpu", *, shrunk: bool = False) -> dict[str, Any
     return {"settings": names, "runs": len(runs),
             "gammas": sorted({float(dict(r.loss.params)["gamma"]) for r in runs if r.loss.name == "focal"}),
             "ls_alpha": float(alphas[0]) if alphas else None, "seeds": len({r.seed for r in runs}),
-            "epochs": int(dict(runs[0].train)["epochs"])}
+            "epochs": int(dict(runs[0].train)["epochs"]), "ls_paradigm": len(every) - len(runs)}
 
 
 def _gap_se(z: torch.Tensor, y: torch.Tensor) -> float:
@@ -290,11 +303,14 @@ def _gamma_axis(ax, gammas: Sequence[float], with_ls: bool) -> float:
     return len(gammas) + 0.3
 
 
-def plot_ece_vs_gamma(table, order: Sequence[str], pairs: Sequence[tuple[str, str, str]]):
+def plot_ece_vs_gamma(table, order: Sequence[str], pairs: Sequence[tuple[str, str, str]], *,
+                      on_axis: Sequence[str] = ("focal",)):
     """One panel per setting in ``order``: test ECE (%) against the training ``gamma``, one point
     per seed and a line through the means, for each ``(column, label, colour key)`` of ``pairs``
-    (e.g. raw and Psi, their Fig. 5; TS_FL and TS_FL + Psi, their Fig. 6). Label smoothing runs
-    (``gamma = 0``, no Psi) are drawn at an extra slot "LS" with the first pair's style.
+    (e.g. raw and Psi, their Fig. 5; TS_FL and TS_FL + Psi, their Fig. 6), of the runs whose loss
+    is in ``on_axis``. Other label smoothing runs (``gamma = 0``, no Psi) are drawn at an extra
+    slot "LS" with the first pair's style (their LS paradigm passes ``on_axis=("focal",
+    "label_smoothing")``: label smoothing is its ``gamma = 0``).
 
     Returns
     -------
@@ -311,9 +327,9 @@ def plot_ece_vs_gamma(table, order: Sequence[str], pairs: Sequence[tuple[str, st
     markers = ("o", "s", "^", "D")
     for ax, s in zip(axes[0], order):
         t = table[table["setting"] == s]
-        focal = t[t["loss"] == "focal"]
+        focal = t[t["loss"].isin(list(on_axis))]
         gammas = sorted(focal["gamma"].unique())
-        ls = t[t["loss"] == "label_smoothing"]
+        ls = t[(t["loss"] == "label_smoothing") & ~t["loss"].isin(list(on_axis))]
         x_ls = _gamma_axis(ax, gammas, with_ls=len(ls) > 0)
         for k, (col, label, key) in enumerate(pairs):
             c = color(key)
@@ -469,12 +485,15 @@ def per_seed_table(values: Mapping[str, Mapping[int, float]]):
                          for k, v in values.items()])
 
 
-def tsfl_claim(table, setting: str) -> dict[str, Any]:
+def tsfl_claim(table, setting: str, *, raw: str = "ece_tsfl", psi: str = "ece_tsfl_psi",
+               losses: Sequence[str] = ("focal",)) -> dict[str, Any]:
     """Their Fig. 6 in one ``setting``: under TS_FL a larger ``gamma`` "always" worsens the raw ECE
     (``worsens``: at every step between neighbouring ``gamma``, every seed's ECE at the larger above
     every seed's at the smaller, :func:`focalcal_book.verdicts.every_step`), and Psi mitigates it
     (``mitigates``: TS_FL + Psi below TS_FL for every focal run with ``gamma > 0``,
-    :func:`focalcal_book.verdicts.paired`).
+    :func:`focalcal_book.verdicts.paired`). Their LS paradigm is the same test on the networks
+    as trained: ``raw="ece_raw"``, ``psi="ece_psi"`` and ``losses=("focal", "label_smoothing")``
+    on :func:`psi_runs`'s ``paradigm="LS"`` table (label smoothing is its ``gamma = 0``).
 
     Returns both verdicts and the numbers behind them: ``setting``, ``gamma_max``, the ranges over
     seeds of TS_FL's ECE at ``gamma = 0`` and at ``gamma_max`` (``ece_g0``, ``ece_gmax``, in %),
@@ -482,7 +501,7 @@ def tsfl_claim(table, setting: str) -> dict[str, Any]:
     ``runs`` with ``gamma > 0``, ``psi_lower`` (runs where Psi lowers TS_FL's ECE) and the least
     and largest change Psi makes (``change_min``, ``change_max``, percentage points).
     """
-    t = table[(table["setting"] == setting) & (table["loss"] == "focal")]
+    t = table[(table["setting"] == setting) & (table["loss"].isin(list(losses)))]
     gammas = sorted(t["gamma"].unique())
     row: dict[str, Any] = {"setting": setting, "worsens": NOT_RUN, "mitigates": NOT_RUN, "gamma_max": np.nan,
                            "ece_g0": "–", "ece_gmax": "–", "steps": 0, "steps_rising": 0, "runs": 0,
@@ -490,12 +509,12 @@ def tsfl_claim(table, setting: str) -> dict[str, Any]:
     if len(gammas) < 2 or gammas[0] != 0.0:
         return row
     pos = t[t["gamma"] > 0]
-    diff = (pos["ece_tsfl_psi"] - pos["ece_tsfl"]).to_numpy()
+    diff = (pos[psi] - pos[raw]).to_numpy()
     # "always leads to worse performance": every step between neighbouring gammas rises
-    steps = falling_steps([-t.loc[t["gamma"] == g, "ece_tsfl"].to_numpy() for g in gammas])
+    steps = falling_steps([-t.loc[t["gamma"] == g, raw].to_numpy() for g in gammas])
     row.update(worsens=every_step(steps), mitigates=paired(diff), gamma_max=float(gammas[-1]),
-               ece_g0=spread_text(t.loc[t["gamma"] == 0.0, "ece_tsfl"], scale=100, mean=False),
-               ece_gmax=spread_text(t.loc[t["gamma"] == gammas[-1], "ece_tsfl"], scale=100, mean=False),
+               ece_g0=spread_text(t.loc[t["gamma"] == 0.0, raw], scale=100, mean=False),
+               ece_gmax=spread_text(t.loc[t["gamma"] == gammas[-1], raw], scale=100, mean=False),
                steps=len(steps), steps_rising=steps.count(HOLDS), runs=int(diff.size),
                psi_lower=int(np.sum(diff < 0)), change_min=100 * float(diff.min()),
                change_max=100 * float(diff.max()))
@@ -550,11 +569,15 @@ RULES: dict[str, str] = {
                              "every seed",
     "charoen_tsfl_always": "TS$_{FL}$'s ECE rises at every step between neighbouring $\\gamma$, and TS$_{FL}$ + "
                            "$\\Psi$ is below TS$_{FL}$ for every run with $\\gamma > 0$, in every setting",
+    "charoen_ls_always": "their LS paradigm (focal loss with labels smoothed by 0.1; $\\gamma = 0$: label smoothing): "
+                         "the ECE as trained rises at every step between neighbouring $\\gamma$, and ECE-$\\Psi$ is "
+                         "below it for every run with $\\gamma > 0$",
 }
 
 
-def claims(table, order: Sequence[str]) -> dict[str, Any]:
-    """Every claim of :data:`RULES` on a :func:`psi_table`, its settings in ``order``.
+def claims(table, order: Sequence[str], ls_table=None) -> dict[str, Any]:
+    """Every claim of :data:`RULES` on a :func:`psi_table`, its settings in ``order``, and the LS
+    paradigm's on ``ls_table`` (the :func:`psi_table` of :func:`psi_runs`'s ``paradigm="LS"``).
 
     Returns ``verdicts`` (key -> verdict) and the parts behind them: ``capacity`` and ``data``
     (:func:`best_gamma_claim` from the small to the large network and from the large network to
@@ -562,7 +585,8 @@ def claims(table, order: Sequence[str]) -> dict[str, Any]:
     ``confidence`` (:func:`confidence_classes` of the focal networks with ``gamma > 0``, classified
     on the validation images and judged on the test images, with ``raised``: the networks whose
     mean confidence Psi raised, and ``networks``), ``most`` (:func:`improves_most`), ``degrades``
-    (:func:`tsfl_degrades`) and ``tsfl`` (:func:`tsfl_claim` per setting).
+    (:func:`tsfl_degrades`), ``tsfl`` (:func:`tsfl_claim` per setting) and ``ls`` (the same per
+    setting of ``ls_table``, on the ECE as trained and after Psi).
     """
     role = roles(table)
     focal_pos = table[(table["loss"] == "focal") & (table["gamma"] > 0)]
@@ -579,7 +603,9 @@ def claims(table, order: Sequence[str]) -> dict[str, Any]:
            "gain_capacity": less_effective_claim(table, role["small"], role["large"]),
            "gain_data": less_effective_claim(table, role["large"], role["large_small_data"]),
            "confidence": cc, "most": improves_most(table), "degrades": tsfl_degrades(table),
-           "tsfl": [tsfl_claim(table, s) for s in order]}
+           "tsfl": [tsfl_claim(table, s) for s in order],
+           "ls": [tsfl_claim(ls_table, s, raw="ece_raw", psi="ece_psi", losses=("focal", "label_smoothing"))
+                  for s in (dict.fromkeys(ls_table["setting"]) if ls_table is not None and len(ls_table) else ())]}
     out["verdicts"] = {
         "charoen_best_gamma": combine([out["capacity"]["verdict"], out["data"]["verdict"]]),
         "charoen_less_effective": combine([out["gain_capacity"]["verdict"], out["gain_data"]["verdict"]]),
@@ -587,5 +613,7 @@ def claims(table, order: Sequence[str]) -> dict[str, Any]:
         "charoen_psi_most": out["most"]["verdict"],
         "charoen_tsfl_degrades": out["degrades"]["verdict"],
         "charoen_tsfl_always": combine([c["worsens"] for c in out["tsfl"]] + [c["mitigates"] for c in out["tsfl"]]),
+        "charoen_ls_always": (combine([c["worsens"] for c in out["ls"]] + [c["mitigates"] for c in out["ls"]])
+                              if out["ls"] else NOT_RUN),
     }
     return out

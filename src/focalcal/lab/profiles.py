@@ -27,7 +27,7 @@ __all__ = [
     "GPU_CURVATURE_MLP", "GPU_CURVATURE_TRAIN", "GPU_FIG1_TRAIN", "GPU_FLSC531",
     "GPU_LENGTH_TRAIN", "GPU_MODELS", "GPU_OTHER_LOSSES", "GPU_PSI_SMALL_DATA_TRAIN",
     "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LENGTH_LOSSES", "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
-    "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LOSSES",
+    "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LS_LOSSES", "PSI_LOSSES",
     "PSI_SMALL_MLP", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
     "SMOKE_CURVATURE_TRAIN", "SMOKE_LENGTH_LOSSES", "SMOKE_LENGTH_TRAIN", "SMOKE_PAIR",
     "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "SELECTIVE_VARIANT_LOSSES", "SYNTHETIC_BLOCK", "TABLE1_LOSSES", "ZHOU_LOSSES",
@@ -183,11 +183,16 @@ SMOKE_LENGTH_LOSSES = LENGTH_LOSSES[::2]  # CE and focal-3
 # Charoenphakdee et al. (2021), Figs. 4-6 at Fashion-MNIST scale (book/experiments/psi_capacity.md):
 # focal loss at their gammas on MLPs of two capacities (784-64-10 and 784-512-512-10) trained on
 # 4 000 images, and the larger one on 400 (their CIFAR10-s keeps a tenth of the data), 2 seeds,
-# Adam for 20 epochs; label smoothing 0.1 (their LS paradigm, with cross-entropy) in each setting.
+# Adam for 20 epochs; label smoothing 0.1 with cross-entropy in each setting.
 # Per-epoch records on 500 validation and test images (an MLP's run is mostly papermill's start).
 PSI_GAMMAS = (0.0, 0.5, 1.0, 2.0, 3.0)
 PSI_LOSSES = (tuple(loss("focal", label=f"focal gamma={g:g}", gamma=float(g)) for g in PSI_GAMMAS)
               + (LABEL_SMOOTHING_01,))
+# Their LS paradigm (Sec. 6.1, Fig. 6): the focal loss at each gamma > 0 trained against labels
+# smoothed by 0.1, on the larger network and all the training images (their CIFAR10 ResNet110);
+# at gamma = 0 it is the label-smoothing run above.
+PSI_LS_LOSSES = tuple(loss("focal", label=f"focal gamma={g:g}, LS 0.1", gamma=float(g), label_smoothing=0.1)
+                      for g in PSI_GAMMAS[1:])
 PSI_SMALL_MLP = {"in_features": 784, "hidden": [64]}
 PSI_LARGE_MLP = {"in_features": 784, "hidden": [512, 512]}
 CPU_PSI_TRAIN = {"epochs": 20, "train_subset": 4000, "eval_subset": 5000, "batch_size": 64,
@@ -199,13 +204,15 @@ SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
 
 def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
                losses: Sequence[Loss] = PSI_LOSSES, dataset: str = "fashion_mnist",
-               in_features: int = 784) -> list[Block]:
+               in_features: int = 784, ls_losses: Sequence[Loss] = PSI_LS_LOSSES) -> list[Block]:
     """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``
-    (the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR)."""
+    (the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR); and the LS
+    paradigm's ``ls_losses`` on the large MLP with ``train``."""
     small = {**PSI_SMALL_MLP, "in_features": in_features}
     large = {**PSI_LARGE_MLP, "in_features": in_features}
-    return [Block([dataset], ["mlp"], losses, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp, role="psi")
-            for mlp, t in ((small, train), (large, train), (large, small_data))]
+    return [Block([dataset], ["mlp"], lo, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp, role="psi")
+            for lo, mlp, t in ((losses, small, train), (losses, large, train), (losses, large, small_data),
+                               (ls_losses, large, train))]
 
 
 # ------------------------------------------------------------------------ the gpu profile ---
@@ -331,7 +338,7 @@ PROFILES: dict[str, Profile] = {
          Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC, role="length"),
          *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
-                     (PSI_LOSSES[0], PSI_LOSSES[3])),
+                     (PSI_LOSSES[0], PSI_LOSSES[3]), ls_losses=PSI_LS_LOSSES[-1:]),
          Block(["fashion_mnist"], ["cnn"], CSF_LOSSES[1:], [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC,
                role="ablation")]),
     "cpu": Profile(

@@ -101,6 +101,34 @@ def _phi_focal(gamma: float | Tensor, sign: float | tuple[Tensor, Tensor], posit
     return phi
 
 
+def _phi_focal_smoothed(gamma: float, label_smoothing: float, k: int) -> Phi:
+    """phi for ``sum_j s_j (-(1 - p_j)^gamma log p_j)`` over the ``K`` columns of ``u`` (M, K), the
+    labelled class first: ``s = 1 - label_smoothing`` there and ``label_smoothing / (K - 1)`` at
+    every other class. Per column as :func:`_phi_focal` (``s = -1``)."""
+    weights = [1.0 - label_smoothing] + [label_smoothing / (k - 1)] * (k - 1)
+
+    def phi(u: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        w = torch.tensor(weights, dtype=u.dtype, device=u.device)
+        if gamma == 0.0:
+            return (u * w).sum(1).neg_(), w.neg().expand_as(u)
+        p = torch.exp(u)
+        b = torch.expm1(u).neg_()
+        bg = b * b if gamma == 2.0 else torch.pow(b, gamma)
+        dphi = torch.addcmul(bg, bg * p, ratio_log_p_over_b(u, b), value=-gamma)
+        return (bg * u * w).sum(1).neg_(), dphi.mul_(w).neg_()
+
+    return phi
+
+
+def _labelled_first(t: Tensor, k: int) -> Tensor:
+    """Per row, the ``K`` column indices with the labelled class ``t`` first (the labelled class and
+    column 0 swap places)."""
+    idx = torch.arange(k, device=t.device).repeat(t.shape[0], 1)
+    idx.scatter_(1, t.unsqueeze(1), 0)
+    idx[:, 0] = t
+    return idx
+
+
 def focal_family(batch: Batch, gamma: float | GammaFn, inverse: bool,
                   reduction: str) -> Tensor:
     """Focal (``inverse=False``) or inverse focal loss; ``gamma`` may be a function of the
@@ -162,8 +190,8 @@ def cross_entropy_loss(logits: ArrayLike, labels: ArrayLike, *, reduction: str =
     return reduce_loss(out, batch, reduction)
 
 
-def focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 3.0, *, reduction: str = "mean",
-               ignore_index: int = -100) -> Tensor:
+def focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 3.0, *, label_smoothing: float = 0.0,
+               reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Focal loss ``-(1 - p_t)^gamma log p_t`` (Lin et al. 2017; Mukhoti et al. 2020).
 
     ``gamma = 0`` is the cross-entropy. Shapes, ``reduction`` and ``ignore_index`` as in
@@ -173,6 +201,13 @@ def focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 3.0, *, redu
     ----------
     gamma : float, >= 0
         Focusing parameter (Mukhoti's best fixed value, 3, by default).
+    label_smoothing : float in [0, (K-1)/K]
+        With ``a > 0`` the loss is ``sum_j s_j (-(1 - p_j)^gamma log p_j)`` against the smoothed
+        target ``s``: ``1 - a`` at the labelled class and ``a / (K - 1)`` at every other class, the
+        convention of :func:`~focalcal.losses.label_smoothing_loss` (which is the case ``gamma = 0``;
+        :func:`torch.nn.functional.cross_entropy`'s ``label_smoothing=a'`` spreads ``a' / K`` over
+        all classes instead). Charoenphakdee et al. (2021, Sec. 6.1) train focal loss this way
+        (their "LS" paradigm).
 
     Examples
     --------
@@ -186,11 +221,21 @@ def focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 3.0, *, redu
     tensor([0.0006, 0.4952, 0.0006])
     >>> bool(focal_loss(logits, labels, gamma=0.0) == cross_entropy_loss(logits, labels))
     True
+    >>> focal_loss(logits, labels, gamma=3.0, label_smoothing=0.1)
+    tensor(0.3025)
     """
     gamma = check_gamma(gamma, "gamma", minimum=0.0)
+    label_smoothing = check_gamma(label_smoothing, "label_smoothing", minimum=0.0, maximum=1.0)
     reduction = check_reduction(reduction)
     batch = prepare(logits, labels, check_ignore_index(ignore_index), reduction)
-    return focal_family(batch, gamma, False, reduction)
+    if label_smoothing == 0.0:
+        return focal_family(batch, gamma, False, reduction)
+    k = batch.k
+    if label_smoothing > (k - 1) / k:
+        raise ValueError(f"label_smoothing must be <= (K-1)/K = {(k - 1) / k:.4g} for K = {k} classes, "
+                         f"got {label_smoothing}")
+    return fused_loss(batch, _labelled_first(batch.t, k), _phi_focal_smoothed(gamma, label_smoothing, k),
+                      reduction)
 
 
 def inverse_focal_loss(logits: ArrayLike, labels: ArrayLike, gamma: float = 2.0, *,

@@ -94,15 +94,18 @@ class FocalLoss(_LossModule):
     tensor(0.1655)
     """
 
-    def __init__(self, gamma: float = 3.0, reduction: str = "mean", ignore_index: int = -100) -> None:
+    def __init__(self, gamma: float = 3.0, reduction: str = "mean", ignore_index: int = -100, *,
+                 label_smoothing: float = 0.0) -> None:
         super().__init__(reduction, ignore_index)
         self.gamma = check_gamma(gamma, "gamma", minimum=0.0)
+        self.label_smoothing = check_gamma(label_smoothing, "label_smoothing", minimum=0.0, maximum=1.0)
 
     def forward(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
-        return focal_loss(logits, labels, self.gamma, **self._kw())
+        return focal_loss(logits, labels, self.gamma, label_smoothing=self.label_smoothing, **self._kw())
 
     def extra_repr(self) -> str:
-        return f"gamma={self.gamma}, reduction={self.reduction!r}"
+        smoothing = f", label_smoothing={self.label_smoothing}" if self.label_smoothing else ""
+        return f"gamma={self.gamma}{smoothing}, reduction={self.reduction!r}"
 
 
 class InverseFocalLoss(FocalLoss):
