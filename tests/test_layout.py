@@ -28,6 +28,21 @@ def test_functions_are_short(path):
     assert not long, f"{path.relative_to(SRC)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
+# the lab's and the book helpers' module docstrings say what the module is for and its conventions;
+# details live with the functions they describe (the library's public modules are the API
+# reference's pages and keep their longer guides)
+MAX_DOCSTRING_LINES = 25
+HELPERS = SRC.parents[1] / "book" / "_lib" / "focalcal_book"
+SHORT_DOCSTRINGS = sorted(SRC.joinpath("lab").rglob("*.py")) + sorted(HELPERS.glob("*.py"))
+
+
+@pytest.mark.parametrize("path", SHORT_DOCSTRINGS, ids=lambda p: p.name if p.parent == HELPERS else str(p.relative_to(SRC)))
+def test_module_docstring_is_short(path):
+    doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+    n = len(doc.splitlines())
+    assert n <= MAX_DOCSTRING_LINES, f"{path.name}: module docstring of {n} lines (at most {MAX_DOCSTRING_LINES})"
+
+
 def test_the_layout_checks_see_the_library():
     names = {p.relative_to(SRC).as_posix() for p in MODULES}
     assert {"maps.py", "posthoc.py", "lab/__init__.py"} <= names

@@ -1,33 +1,28 @@
 """Mukhoti et al. (2020) on Fashion-MNIST: ``book/experiments/mukhoti_fmnist.md``.
 
-The sweep's Fashion-MNIST CNN runs of Mukhoti et al.'s losses (:data:`LOSSES`, built from the
-constants of :mod:`focalcal.lab.sweep`) turned into their tables, their mechanism figures and the
-verdicts on their qualitative claims:
+The sweep's runs of Mukhoti et al.'s losses (:data:`LOSSES`) turned into their tables, their
+mechanism figures and the verdicts on their qualitative claims:
 
 - :func:`select_runs`, :func:`missing_losses`: the runs of :data:`LOSSES` in a results table;
 - :func:`protocol_table`, :func:`range_cells` (of :func:`focalcal_book.verdicts.seed_summary`):
   their Tables 1-2, 4-7 and 9-12 quantities with their temperature protocol
   (:func:`focalcal.lab.results.released.mukhoti_row`) beside K&K's temperatures of ``results.csv``;
-- :func:`prefix_histories`: per-epoch records on one evaluation subset at every epoch;
-- :func:`nll_rise`, :func:`rise`, :func:`late_mean`, :func:`final_stat`: the per-seed numbers
-  behind each verdict;
+- :func:`prefix_histories`: per-epoch records on one evaluation subset at every epoch, and the
+  per-seed numbers behind each verdict (:func:`nll_rise`, :func:`rise`, :func:`final_stat`, ...);
 - :func:`failed_losses`: the failed-experiment rule (:func:`focalcal_book.verdicts.untrained`) on a
   :func:`protocol_table`; every claim helper below takes its list as ``failed`` and answers
   :data:`~focalcal_book.verdicts.NOT_TRAINED` for a part about such a loss, without computing it;
 - :func:`compare_seeds`, :func:`against_ce`, :func:`every_epoch`, :func:`ordered`,
   :func:`lowest_cases`, :func:`near_one_verdict`, :func:`at_least_verdict`,
   :func:`rise_after_drop`: the verdicts, each with its evidence as a table (the rules are
-  :mod:`focalcal_book.verdicts`'s: paired seeds, :func:`~focalcal_book.verdicts.majority` for
-  "broadly" and "mostly", :func:`~focalcal_book.verdicts.every_step` for "throughout training",
-  :func:`~focalcal_book.verdicts.combine` over the parts of a claim);
+  :mod:`focalcal_book.verdicts`'s);
 - :func:`label_smoothing_table`, :func:`label_smoothing_choice`: their choice of label smoothing
   0.05 over 0.1 (Sec. 5.1), from the "ablation" role's runs;
-- :data:`RULES`, :func:`claims`: every claim of the page, its rule, verdict and evidence;
-- :func:`plot_split_curves` (Fig. 2), :func:`plot_band_curves` (Figs. 3, 10),
-  :func:`plot_grad_norm_hists` (Fig. 4b-d), :func:`plot_train_reliability` (Fig. 1).
+- :data:`RULES`, :func:`claims`: every claim of the page, its rule, verdict and evidence; and the
+  figures (``plot_*``: Figs. 1-4 and 10).
 
-Seeds are paired by number: runs of two losses with the same seed start from the same weights and
-see the same training subset in the same order, so a per-seed difference compares like with like.
+Seeds are paired by number: two runs with the same seed start from the same weights and see the
+same training images in the same order.
 """
 
 from __future__ import annotations

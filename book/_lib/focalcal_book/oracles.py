@@ -8,24 +8,21 @@ evidence rather than a tautology:
 
 - :func:`kk_eq1`: the multiclass focal calibration map of Komisarenko & Kull (2024), Prop. 4,
   Eq. (1), :math:`\hat p_j \propto 1/\ell'_\gamma(q_j)` (NumPy);
-- :func:`psi_charoenphakdee`: Charoenphakdee et al. (2021), Thm. 11, Eqs. (12)-(13),
-  :math:`\Psi^\gamma_j(v) = h^\gamma(v_j)/\sum_l h^\gamma(v_l)` with :math:`h^\gamma = v/\varphi^\gamma`
+- :func:`psi_charoenphakdee`: Charoenphakdee et al. (2021), Thm. 11, Eqs. (12)-(13), :math:`\Psi^\gamma`
   (NumPy);
-- :func:`g_mukhoti`: Mukhoti et al. (2020)'s gradient factor, Prop. 1, Eq. (7) (NumPy);
+- :func:`g_mukhoti`: Mukhoti et al.'s (2020) gradient factor, Prop. 1, Eq. (7) (NumPy);
 - :func:`phi_mp`: :math:`\varphi^\gamma(v) = -v\,\ell'_\gamma(v)` with the derivative of the focal
   loss :math:`\ell_\gamma(v) = -(1-v)^\gamma\log v` taken numerically by mpmath (Charoenphakdee
   Eq. (10) as a definition, not as a formula);
-- :func:`kk_prop2_mp`: the binary map of K&K (2024), Prop. 2 (mpmath);
-- :func:`kk_prop3_logit_mp`: the log-odds of the binary map from the proof of K&K Prop. 3 (mpmath);
+- :func:`kk_prop2_mp`, :func:`kk_prop3_logit_mp`: K&K's binary map (Prop. 2) and its log-odds
+  from the proof of Prop. 3 (mpmath);
 - :func:`reference_focal_map`: K&K Eq. (1) for one probability vector at any precision (mpmath).
 
-Conventions: the NumPy oracles take float64 arrays of shape ``(..., K)`` (the multiclass maps) or
-any shape (the elementwise functions) with entries in the open interval ``(0, 1)`` and return
-float64 arrays of the same shape; the mpmath oracles take one number (or one vector) and return
-``mpmath.mpf`` values, reading a python float as its exact binary value (the point a float64
-computation sees; :func:`reference_focal_map` reads its decimal ``repr`` instead, see there). They
-are slow and naive on purpose: use them on test points, not on data. Bad input raises
-``ValueError`` naming the argument.
+Conventions: the NumPy oracles take float64 arrays in ``(0, 1)``, ``(..., K)`` for the multiclass
+maps, and return the same shape; the mpmath oracles take one number (or vector), read a python
+float as its exact binary value (:func:`reference_focal_map`: its decimal ``repr``) and return
+``mpmath.mpf``. Slow and naive on purpose (test points, not data); bad input raises ``ValueError``
+naming the argument.
 """
 
 from __future__ import annotations

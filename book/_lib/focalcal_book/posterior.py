@@ -14,10 +14,8 @@ posteriors:
   closed form :func:`focalcal.maps.inverse_focal_map`, so the two can be compared;
 - :func:`stationarity_spread` measures how far ``q`` is from the first-order (KKT) condition
   :math:`\eta_i\,\ell'_\gamma(q_i) = \text{const}` on the support of :math:`\eta`;
-- :func:`confidence_gap`, :func:`classify_confidence` implement Charoenphakdee's Def. 7
-  (:math:`\eta`-over/under-confidence);
-- :func:`strictly_order_preserving` checks :math:`a_i < a_j \Rightarrow b_i < b_j` (their Thm. 3);
-- :func:`in_uniform_support_set` tests membership of their set :math:`\mathcal S^K` (Prop. 6);
+- :func:`confidence_gap`, :func:`classify_confidence` (their Def. 7),
+  :func:`strictly_order_preserving` (Thm. 3), :func:`in_uniform_support_set` (Prop. 6);
 - :func:`max_eta_overconfidence` searches the simplex for the most :math:`\eta`-over-confident
   focal-risk minimiser with ``K`` classes (their footnote 2).
 

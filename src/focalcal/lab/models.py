@@ -21,14 +21,7 @@ stem norm/ReLU/pool, exactly the papers' variant); the Wide-ResNet is built from
 ``BasicBlock`` (torchvision has no CIFAR WRN). Initialisation is torchvision's (Kaiming-normal,
 fan-out) for the ResNets/WRN/DenseNet and PyTorch's default for the MLP and CNN, so runs are not
 bitwise comparable with the papers' code, only architecturally identical.
-
-Every model's last layer is an :class:`torch.nn.Linear` found by :func:`last_linear` (the trainer
-records its weight norm and per-sample gradient norms).
-
-A sweep run passes keyword arguments to :func:`make_model` through its ``model_params``
-(:class:`focalcal.lab.spec.Block`), e.g. ``{"in_features": 784, "hidden": [64]}`` for an MLP on
-Fashion-MNIST images: without ``in_features`` the MLP takes the dataset's ``in_channels`` as its
-input size, which is right for the vector-valued synthetic tasks only.
+Every model's last layer is an :class:`torch.nn.Linear` found by :func:`last_linear`.
 """
 
 from __future__ import annotations
@@ -243,6 +236,11 @@ MODEL_TITLES: dict[str, str] = {
 def make_model(name: str, n_classes: int, in_channels: int = 3, *, seed: int | None = None,
                **kwargs: Any) -> nn.Module:
     """Build a network of :data:`MODELS`; it maps inputs to logits of shape ``(N, n_classes)``.
+
+    A sweep run passes keyword arguments here through its ``model_params``
+    (:class:`focalcal.lab.spec.Block`), e.g. ``{"in_features": 784, "hidden": [64]}`` for an MLP on
+    Fashion-MNIST images: without ``in_features`` the MLP takes the dataset's ``in_channels`` as its
+    input size, which is right for the vector-valued synthetic tasks only.
 
     Parameters
     ----------

@@ -21,13 +21,7 @@ all training samples of the epoch (Fig. 4b-d, :func:`grad_norm_summary`): ``grad
 (counts in the log-spaced bins :data:`GRAD_NORM_EDGES`, values outside clamped into the end bins),
 ``grad_norm_mean`` and ``grad_norm_quantiles`` (5, 25, 50, 75, 95 %).
 
-The per-sample gradient norm is computed in closed form (:func:`last_layer_grad_norms`). With last
-layer ``z = W h + b`` and a batch loss ``L = (1/B) sum_i l_i``, autograd gives ``G = dL/dz`` (one
-row per sample, ``G_i = (1/B) dl_i/dz_i``); the gradient of ``l_i`` with respect to ``(W, b)`` is
-``(dl_i/dz_i) [h_i^T, 1]``, whose norm is ``B ||G_i|| sqrt(||h_i||^2 + 1)``. This is exact for
-every loss that is a mean of per-sample terms of the logits (cross-entropy, focal losses); for
-batch-coupled losses (MMCE, ECE-KDE, AURC) it is each sample's share of the batch gradient through
-the logits.
+The per-sample gradient norm has a closed form (:func:`last_layer_grad_norms`).
 """
 
 from __future__ import annotations
@@ -239,7 +233,14 @@ def grad_norm_summary(norms: torch.Tensor) -> dict[str, Any]:
 
 
 def last_layer_grad_norms(logits_grad: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """Per-sample gradient norms of the last linear layer (see the module docstring).
+    """Per-sample gradient norms of the last linear layer, in closed form.
+
+    With last layer ``z = W h + b`` and a batch loss ``L = (1/B) sum_i l_i``, autograd gives
+    ``G = dL/dz`` (one row per sample, ``G_i = (1/B) dl_i/dz_i``); the gradient of ``l_i`` with
+    respect to ``(W, b)`` is ``(dl_i/dz_i) [h_i^T, 1]``, whose norm is
+    ``B ||G_i|| sqrt(||h_i||^2 + 1)``. This is exact for every loss that is a mean of per-sample
+    terms of the logits (cross-entropy, focal losses); for batch-coupled losses (MMCE, ECE-KDE,
+    AURC) it is each sample's share of the batch gradient through the logits.
 
     Parameters
     ----------

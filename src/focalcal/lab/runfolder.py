@@ -17,14 +17,12 @@ and a run folder::
     checkpoint.pt               every state a resume needs
     logits.pt                   validation and test logits and labels of the final model
     logits_epoch_<n>.pt         the same after epoch ``n`` (``TrainSettings.logits_epochs``)
-    curvature.json              Hessian traces (the template's curvature cell)
-    calibration.json            the post-hoc template's rows
+    curvature.json, calibration.json   Hessian traces; the post-hoc template's rows
     result.json                 the sweep's record that the run finished
     run.log, <template>.ipynb   the run's output and its executed templates
 
-``config.json`` and ``result.json`` carry :data:`FORMAT`. A folder written in another format is
-refused by :func:`load_run` and :func:`read_config` with a message that says to run it again, and
-the sweep counts it as not finished (:func:`finished`), so running the sweep again replaces it.
+``config.json`` and ``result.json`` carry :data:`FORMAT`; a folder of another format is refused
+with a message that says to run it again, and the sweep reruns it (:func:`finished`).
 """
 
 from __future__ import annotations

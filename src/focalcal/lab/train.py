@@ -12,33 +12,13 @@ is the same in one call::
     trainer = Trainer(model, loss_fn, TrainSettings(epochs=10), out_dir="runs/a")
     result = trainer.fit(loaders.train, val_loader=loaders.val)
 
-Losses that change during training
-----------------------------------
-A loss is a callable ``loss_fn(logits, labels) -> scalar`` (mean over the batch). A loss that needs
-more from the trainer says so by its type, one :class:`typing.Protocol` per need:
+A loss is a callable ``loss_fn(logits, labels) -> scalar``; one that needs more from the trainer
+(an epoch, the validation logits, the model) says so by its type (:class:`LossHooks`).
 
-- :class:`EpochScheduled` (``set_epoch(epoch)``): called before every epoch with the 0-based epoch
-  (the epoch-scheduled focal loss, FLSc);
-- :class:`ValidationUpdated` (``update(val_logits, val_labels)``): called after every epoch with the
-  validation logits and labels on the training device (AdaFocal); such a loss needs ``val_loader``;
-- :class:`ModelAware` (``requires_model = True``): called as ``loss_fn(logits, labels, model=model,
-  inputs=x)`` (the Hessian-trace penalty).
-
-:meth:`LossHooks.of` reads these once, when the trainer is built; pass ``hooks=LossHooks(...)`` to
-give other callables. An ``nn.Module`` loss is moved to the device and its ``state_dict()``
-(buffers, extra state: e.g. AdaFocal's gammas) is checkpointed and restored.
-
-Schedules
----------
-:data:`SCHEDULES` holds the papers' profiles (:data:`PAPER_SCHEDULE`: Mukhoti et al.'s CIFAR one,
-which Komisarenko & Kull reuse) and cheap CPU ones: ``TrainSettings(**SCHEDULES[name])``.
-
-Files in ``out_dir``
---------------------
-The checkpoint, the per-epoch history, the logits (at the end and after the epochs of
-``TrainSettings.logits_epochs``) and the record of the run (the caller's ``config``, the trainer's
-settings, model, loss, data sizes, loader, ``hardware`` with the median throughput, versions),
-written through :mod:`focalcal.lab.runfolder`, which owns their names and formats.
+:data:`SCHEDULES` holds the papers' schedules (:data:`PAPER_SCHEDULE`: Mukhoti et al.'s CIFAR one,
+which Komisarenko & Kull reuse) and cheap CPU ones: ``TrainSettings(**SCHEDULES[name])``. The
+files in ``out_dir`` (checkpoint, history, logits, the record of the run) are written through
+:mod:`focalcal.lab.runfolder`, which owns their names and formats.
 """
 
 from __future__ import annotations
@@ -128,6 +108,15 @@ class ModelAware(Protocol):
 @dataclass(frozen=True)
 class LossHooks:
     """What the trainer calls besides the loss itself.
+
+    A loss declares its needs by its type, one :class:`typing.Protocol` per need, read once when
+    the trainer is built (:meth:`of`; pass ``hooks=LossHooks(...)`` to give other callables):
+    :class:`EpochScheduled` (``set_epoch(epoch)``, before every epoch with the 0-based epoch: FLSc),
+    :class:`ValidationUpdated` (``update(val_logits, val_labels)``, after every epoch, on the
+    training device: AdaFocal; needs ``val_loader``) and :class:`ModelAware` (``requires_model =
+    True``: called as ``loss_fn(logits, labels, model=model, inputs=x)``, the Hessian-trace
+    penalty). An ``nn.Module`` loss is moved to the device and its ``state_dict()`` (e.g.
+    AdaFocal's gammas) is checkpointed and restored.
 
     Attributes
     ----------

@@ -1,9 +1,24 @@
 """Image datasets in memory or on disk, with the papers' fixed splits and preprocessing.
 
-Fashion-MNIST (offline, from Debian's ``dataset-fashion-mnist``), CIFAR-10/100, SVHN and
-Tiny-ImageNet, read from their original on-disk formats; each ``build_*`` function makes one split
-for :data:`focalcal.lab.data.DATASETS`. Where the files are comes from an argument or
-``$FOCALCAL_DATA`` (:func:`data_root`).
+Each ``build_*`` function makes one split for :data:`focalcal.lab.data.DATASETS`, from the
+original on-disk formats under an argument or ``$FOCALCAL_DATA`` (:func:`data_root`). Images are
+kept as ``uint8`` (Tiny-ImageNet decoded per item) and become normalised ``float32`` ``(C, H, W)``
+tensors; CIFAR and Tiny-ImageNet training splits get a random crop (padding 4) and a flip.
+
+============== ======================== ================================== ============================
+name           train / val / test       validation taken from              normalisation
+============== ======================== ================================== ============================
+fashion_mnist  55 000 / 5 000 / 10 000  training set, seed-1 permutation   mean 0.2860, std 0.3530
+cifar10        45 000 / 5 000 / 10 000  training set, seed-1 permutation   Mukhoti et al. CIFAR stats
+cifar100       45 000 / 5 000 / 10 000  training set, seed-1 permutation   same as cifar10
+svhn           65 932 / 7 325 / 26 032  ``train`` (10 %), seed-1 perm.     same as cifar10, no augm.
+tiny_imagenet  90 000 / 10 000 / 10 000 50 images per class of training    ImageNet stats
+============== ======================== ================================== ============================
+
+The CIFAR and SVHN splits are Mukhoti et al.'s (2020) released code's: ``0..n-1`` shuffled by
+``numpy.random.RandomState(1)``, the first ``floor(0.1 n)`` validation. Tiny-ImageNet's official
+validation set is the test set (their App. D). Fashion-MNIST comes from Debian's
+``dataset-fashion-mnist`` (offline); the others are downloaded through torchvision where allowed.
 """
 
 from __future__ import annotations

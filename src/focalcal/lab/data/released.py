@@ -14,17 +14,8 @@ Two public sources, each a folder of files with pinned sha256 (the project never
     no validation split (:mod:`focalcal.lab.data.published` reads the same files).
 
 :data:`RELEASED` lists every network (:class:`ReleasedNetwork`: name, dataset, network, training
-loss, splits, files with URL and sha256). :func:`released_logits` returns one split; a file is
-looked for in
-
-1. the ``root`` argument, a directory holding the two folders above;
-2. ``$FOCALCAL_LOGITS_ROOT`` (:data:`LOGITS_ROOT_ENV`), the same layout (the Makefile and the tests
-   point it at ``../shared/data``);
-3. the cache (:func:`focalcal.lab.data.cache_dir`, same layout), where it is downloaded when
-   ``download`` and the network allow.
-
-Every file is checked against its pinned sha256 wherever it comes from (a local copy too: a
-mismatch raises :class:`DataUnavailableError` naming the file).
+loss, splits, files with URL and sha256). :func:`released_logits` returns one split, from a local
+copy, ``$FOCALCAL_LOGITS_ROOT``, the cache or a download, sha256-checked wherever it comes from.
 """
 
 from __future__ import annotations
@@ -254,6 +245,17 @@ def released_path(f: ReleasedFile, *, root: str | os.PathLike | None = None, dow
 def released_logits(name: str, split: str, *, root: str | os.PathLike | None = None, download: bool = True,
                     dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits and labels of one split of a released network.
+
+    A file is looked for in
+
+    1. the ``root`` argument, a directory holding the two folders of the module docstring;
+    2. ``$FOCALCAL_LOGITS_ROOT`` (:data:`LOGITS_ROOT_ENV`), the same layout (the Makefile and the
+       tests point it at ``../shared/data``);
+    3. the cache (:func:`focalcal.lab.data.cache_dir`, same layout), where it is downloaded when
+       ``download`` and the network allow.
+
+    Every file is checked against its pinned sha256 wherever it comes from (a local copy too: a
+    mismatch raises :class:`DataUnavailableError` naming the file).
 
     Parameters
     ----------

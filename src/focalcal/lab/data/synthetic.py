@@ -1,8 +1,20 @@
 """Synthetic tasks with a known posterior: Gaussian mixtures and their seeded datasets.
 
 Every sample carries its true class posterior ``eta(x) = p(y | x)``
-(:attr:`SyntheticDataset.posterior`); train, validation and test are independent draws (separate
-child seeds of one :class:`numpy.random.SeedSequence`).
+(:attr:`SyntheticDataset.posterior`), so properness is measured directly (e.g.
+``metrics.kl_to_posterior``); train, validation and test are independent draws (separate child
+seeds of one :class:`numpy.random.SeedSequence`). The registry's two tasks:
+
+``"charoenphakdee_1d"``
+    The 1-D 3-class problem of Charoenphakdee et al. (2021), Sec. 5.2 / Fig. 3. The paper gives
+    its distribution only as the plot of Fig. 3a; the text states no numbers. We use a
+    three-component Gaussian mixture on the real line with equal priors, means ``-2, 0, 2`` and
+    unit standard deviations (:func:`charoenphakdee_1d_task`), which has the features the figure
+    relies on: the outer classes' posteriors approach 1, the middle class's peaks at 0.79, and
+    every class is the Bayes decision somewhere.
+``"gaussian_mixture"``
+    ``K`` classes in ``d`` dimensions, ``p(x | y=k) = N(mu_k, sigma_k^2 I)``
+    (:func:`gaussian_mixture_task`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 r"""Experiment results: reading a sweep, the post-hoc calibration protocol, tables and figures.
 
-The sweep (:mod:`focalcal.lab.sweep`) executes two papermill templates per run; this package holds
-everything they and the book's chapters share, so that the notebooks stay thin. Every public name
-is importable from here (``from focalcal.lab import results``); the modules, one job each:
+What the sweep's two templates and the book's chapters share, so that the notebooks stay thin;
+every public name is importable from here. The modules, one job each:
 
 ===============  =======================================================================================
 ``runs``         reading run folders, ``results.csv``, ``profile.json`` and training histories;
                  :func:`runs_dir`, the sweep folder a page reads (``$FOCALCAL_RUNS``, else
                  ``./runs/cpu``); :func:`runs_for`, the runs of one role (what a page selects)
-``protocol``     the calibration protocol below: :func:`calibrate`, :func:`apply_calibration`,
+``protocol``     the calibration protocol: :func:`calibrate`, :func:`apply_calibration`,
                  :func:`metric_row`, :func:`temperature_grid`, :func:`training_gamma`; and
                  :func:`confidence_row`, a model's calibration before any calibrator
-``tables``       pandas tables: the runs read, Table 1, comparisons, NLL overfitting, and
-                 :func:`styled` (a table formatted for a reader)
-``synthetic``    synthetic tasks: test sets drawn again with their true posterior, and the KL
-                 divergence of every calibrator to it
+``tables``       pandas tables (the runs read, Table 1, comparisons) and :func:`styled`
+``synthetic``    synthetic tasks' test sets with their true posterior, and each calibrator's KL to it
 ``figures``      the experiment chapters' figures
 ``released``     the papers' protocols on the released networks (:data:`focalcal.lab.data.RELEASED`):
                  Mukhoti et al.'s tables, Komisarenko & Kull's focal TS against TS, Zhou et al.'s
@@ -25,42 +22,7 @@ is importable from here (``from focalcal.lab import results``); the modules, one
                  (``from focalcal.lab.results import calibrators``)
 ===============  =======================================================================================
 
-A run folder is written by the ``train_classifier`` template (through
-:class:`focalcal.lab.train.Trainer`) and by ``posthoc_calibration``; its files and their formats
-belong to :mod:`focalcal.lab.runfolder`, which also reads them (:func:`load_run`).
-
-Post-hoc protocol (Komisarenko & Kull 2024, Sec. 5.1)
------------------------------------------------------
-Every calibrator is fitted on the validation logits and evaluated on the test logits.
-Temperatures come from one grid (default ``0.01, 0.02, ..., 5``, :func:`temperature_grid`) and
-``gamma_ev`` from :data:`focalcal.posthoc.KK_GAMMAS`. K&K choose the parameters separately per
-reported metric: by validation log-loss for the log-loss column and by validation ECE (15
-equal-mass bins) for the ECE column, for plain TS (``T`` only) and focal TS (``gamma_ev`` and
-``T`` jointly) alike. Hence the methods of :data:`METHODS`:
-
-================  ===================================================================  ==========
-method            fitted on the validation set                                         family
-================  ===================================================================  ==========
-uncalibrated      nothing: ``softmax(z)``                                              uncalibrated
-TS (NLL)          ``T`` on the grid minimising the NLL                                 TS
-TS (ECE)          ``T`` on the grid minimising the 15-bin equal-mass ECE               TS
-focal TS (NLL)    ``(gamma_ev, T)`` on the grid minimising the NLL                     focal TS
-focal TS (ECE)    ``(gamma_ev, T)`` on the grid minimising the equal-mass ECE          focal TS
-Psi               nothing: ``Psi^gamma(softmax(z))`` with the training ``gamma``       Psi
-================  ===================================================================  ==========
-
-Psi (Charoenphakdee et al. 2021, Thm. 11) inverts the focal loss's link, so it has a ``gamma``
-only for a model trained with the plain focal loss (:func:`training_gamma`); for every other loss
-it is the identity (``gamma = 0``) and equals "uncalibrated".
-
-Each row reports, on the test set: ``accuracy``, ``nll`` (nats), ``ece_mass`` (15 equal-mass
-bins, K&K's ECE), ``ece_width`` (15 equal-width bins, Mukhoti's ECE), ``classwise_ece`` (15
-equal-width bins per class), ``brier``; plus the selected ``temperature`` and ``gamma_ev``,
-``at_edge`` (``""``, or which of them stopped at the edge of its grid, e.g.
-``"gamma_ev=5 (upper edge)"``: ``focalcal.lab.results.protocol.fit_noting_edges``), the
-``criterion``, the criterion's value on the validation set (``val_score``), the set sizes
-(``n_val``, ``n_test``) and the temperature grid (``n_temperatures`` values from ``t_min`` to
-``t_max``). All metrics are fractions (not percentages).
+Run folders are :mod:`focalcal.lab.runfolder`'s; the post-hoc protocol is :mod:`.protocol`'s.
 """
 
 from . import bootstrap, released

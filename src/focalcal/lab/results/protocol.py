@@ -1,7 +1,21 @@
-"""The post-hoc calibration protocol of every run: fit on validation, evaluate on test.
+"""The post-hoc calibration protocol of every run (Komisarenko & Kull 2024, Sec. 5.1).
 
-The protocol, its methods (:data:`METHODS`) and the columns of a row are described in
-``focalcal.lab.results`` (the package's docstring).
+Every calibrator is fitted on the validation logits and evaluated on the test logits.
+Temperatures come from one grid (default ``0.01, 0.02, ..., 5``, :func:`temperature_grid`) and
+``gamma_ev`` from :data:`focalcal.posthoc.KK_GAMMAS`. K&K choose the parameters separately per
+reported metric: by validation log-loss for the log-loss column and by validation ECE (15
+equal-mass bins) for the ECE column, for plain TS (``T`` only) and focal TS (``gamma_ev`` and
+``T`` jointly) alike: hence the methods of :data:`METHODS`, and "Psi" (Charoenphakdee et al.
+2021, Thm. 11), which inverts the focal loss's link and so has a ``gamma`` only for a model
+trained with the plain focal loss (:func:`training_gamma`; for every other loss it is the
+identity and equals "uncalibrated").
+
+Each row (:func:`calibrate`) reports, on the test set, the metrics of :data:`METRICS`
+(:func:`metric_row`: ``ece_mass`` is K&K's ECE, ``ece_width`` Mukhoti's, both 15 bins), the
+selected ``temperature`` and ``gamma_ev``, ``at_edge`` (``""``, or which of them stopped at the
+edge of its grid, :func:`fit_noting_edges`), the ``criterion`` and its validation value
+(``val_score``), the set sizes (``n_val``, ``n_test``) and the temperature grid
+(``n_temperatures`` values from ``t_min`` to ``t_max``). All metrics are fractions.
 """
 
 
@@ -23,7 +37,10 @@ __all__ = ["METHODS", "FAMILIES", "METRICS", "Calibration", "training_gamma", "t
            "metric_row", "confidence_row", "calibrate", "apply_calibration", "fit_on_grid",
            "fit_noting_edges"]
 
-#: the post-hoc methods of :func:`calibrate`, in the order of their rows
+#: the post-hoc methods of :func:`calibrate`, in the order of their rows: "uncalibrated"
+#: (``softmax(z)``), "TS (NLL)" and "TS (ECE)" (``T`` minimising the validation NLL or 15-bin
+#: equal-mass ECE), "focal TS (NLL)" and "focal TS (ECE)" (``(gamma_ev, T)`` likewise) and "Psi"
+#: (``Psi^gamma(softmax(z))`` with the training ``gamma``)
 METHODS: tuple[str, ...] = ("uncalibrated", "TS (NLL)", "TS (ECE)", "focal TS (NLL)", "focal TS (ECE)",
                             "Psi")
 #: method -> family (the key of its book colour, :func:`focalcal.plotting.color`)

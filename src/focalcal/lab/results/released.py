@@ -1,6 +1,6 @@
 r"""The papers' protocols on the released networks (:data:`focalcal.lab.data.RELEASED`).
 
-Three protocols, one table row per network each, cached on disk because the focal-TS fits are slow:
+Three protocols, one cached table row per network each (splits: :func:`fit_eval_split`):
 
 Mukhoti et al. (2020), Sec. 5 (:func:`mukhoti_row`)
     ``T`` on their grid ``0.1, 0.2, ..., 10`` minimising the validation ECE (15 equal-width bins),
@@ -22,16 +22,6 @@ Zhou et al. (2025) (:func:`zhou_row`)
     under the three confidence scores of :data:`focalcal.scores.SCORES`. Zhou et al. select ``T`` by
     minimising the ECE *on the training set* (their Table 2); we use Mukhoti's grid and criterion
     on the fitting split, and on the training split where one is published.
-
-Fitting and evaluation splits (:func:`fit_eval_split`): Mukhoti et al.'s networks have validation
-(5 000) and test (10 000) logits; the five ResNet-50 runs have no validation split, so a fixed
-random half of the test logits (``torch.randperm`` with seed :data:`HALF_SPLIT_SEED`, the split of
-the CIFAR-10 logits chapter) fits and the other half evaluates.
-
-Caching (:func:`cached`): a row depends only on the data files and the code, so it is stored as
-JSON under ``cache`` keyed by the files' sha256, a digest of the code of the library and of these
-modules (:func:`code_digest`; documentation excluded) and the protocol's parameters; any change of
-either recomputes it.
 """
 
 from __future__ import annotations
@@ -88,7 +78,12 @@ class FitEval:
 
 
 def fit_eval_split(name: str, **load: Any) -> FitEval:
-    """The fitting and evaluation sets of a released network (see the module docstring).
+    """The fitting and evaluation sets of a released network.
+
+    Mukhoti et al.'s networks have validation (5 000) and test (10 000) logits; the five ResNet-50
+    runs have no validation split, so a fixed random half of the test logits (``torch.randperm``
+    with seed :data:`HALF_SPLIT_SEED`, the split of the CIFAR-10 logits chapter) fits and the other
+    half evaluates.
 
     ``load`` goes to :func:`focalcal.lab.data.released_logits` (``root``, ``download``).
     """
@@ -342,6 +337,11 @@ def cached(kind: str, name: str, compute: Callable[[], dict[str, Any]], *, cache
     The key is the sha256 of: ``kind``, ``name``, the sha256 of every file of the network
     (:data:`focalcal.lab.data.RELEASED`), :func:`code_digest` and ``params``. ``cache=None``
     always computes. NaN values are stored as JSON ``null`` and read back as NaN.
+
+    A row depends only on the data files and the code, so it is stored as JSON under ``cache``
+    keyed by the files' sha256, a digest of the code of the library and of these modules
+    (:func:`code_digest`; documentation excluded) and the protocol's parameters; any change of
+    either recomputes it.
     """
     if cache is None:
         return compute()
