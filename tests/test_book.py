@@ -345,7 +345,6 @@ def test_page_builds_from_the_gpu_profile(gpu_book, page):
     assert "Fashion-MNIST training images" not in main, page
     # a page that shows one setting of several names the others (the comparison: CIFAR-10 and
     # CIFAR-100 on ResNet-50 and Wide-ResNet-26-10)
-    if "other_settings(" in (ROOT / f"{page}.md").read_text():
-        others = main.partition("also trained these runs on ")[2].partition("; this page shows")[0]
-        assert {"CIFAR-100 on ResNet-50", "CIFAR-10 on Wide-ResNet-26-10"} <= set(
-            others.replace(" and ", ", ").split(", ")), (page, others)
+    if "build_others" in (ROOT / f"{page}.md").read_text():
+        others = main.partition("selects another): ")[2].partition(". ")[0]
+        assert {"CIFAR-100 on ResNet-50", "CIFAR-10 on Wide-ResNet-26-10"} <= set(others.split(", ")), (page, others)

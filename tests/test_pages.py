@@ -44,12 +44,11 @@ def test_other_settings_names_what_a_page_leaves_out(tmp_path):
     table = pd.DataFrame([{"run": r.run_id, "dataset": r.dataset, "model": r.model}
                           for role in ("comparison", "length") for r in profile.runs_of(role)])
     shown = runs_for(tmp_path, "comparison", table, setting="first")
-    note = other_settings(tmp_path, "comparison", table, shown)
     # in the profile's order (shrink() makes one block per network)
-    assert note.startswith("The profile also trained these runs on CIFAR-100 on ResNet-50, "
-                           "CIFAR-10 on Wide-ResNet-26-10 and CIFAR-100 on Wide-ResNet-26-10; this page shows")
-    assert other_settings(tmp_path, "comparison", table, runs_for(tmp_path, "comparison", table)) == ""
-    assert other_settings(tmp_path, "length", table, runs_for(tmp_path, "length", table, setting="first")) == ""
+    assert other_settings(tmp_path, "comparison", table, shown) == [
+        "CIFAR-100 on ResNet-50", "CIFAR-10 on Wide-ResNet-26-10", "CIFAR-100 on Wide-ResNet-26-10"]
+    assert other_settings(tmp_path, "comparison", table, runs_for(tmp_path, "comparison", table)) == []
+    assert other_settings(tmp_path, "length", table, runs_for(tmp_path, "length", table, setting="first")) == []
 
 
 def test_glue_values_glues_names_as_a_list_and_flags_as_words(monkeypatch):

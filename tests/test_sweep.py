@@ -21,7 +21,7 @@ from focalcal.lab import profiles, results, runfolder, runner, spec, sweep, temp
 from focalcal.lab.data import DATASETS
 from focalcal.losses import LOSSES
 from focalcal.lab.models import MODELS
-from focalcal.lab.results.runs import describe_build, load_profile, runs_for
+from focalcal.lab.results.runs import build_facts, load_profile, runs_for
 from focalcal.lab.train import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,16 +134,16 @@ def test_only_selects_runs_by_id():
         sweep.select_runs("cpu", "mnist-*")
 
 
-def test_describe_build_of_runs_no_profile_holds(tmp_path):
+def test_build_facts_of_runs_no_profile_holds(tmp_path):
     rows = []
     for i, (run, size) in enumerate((("a", 100), ("b", 300))):
         (tmp_path / "runs" / run).mkdir(parents=True)
         runfolder.write_config(tmp_path / "runs" / run, {"data": {"train": size}})
         rows += [{"run": run, "dataset": "gaussian_mixture", "model": "mlp", "seed": i, "epochs": 2 + i,
                   "method": m} for m in ("TS (NLL)", "Psi")]
-    assert describe_build(tmp_path, pd.DataFrame(rows)) == (
-        "This page was built from 2 runs of a sweep folder that does not name its profile: "
-        "`gaussian_mixture` (100 to 300 training samples), network `mlp`, 2 to 3 epochs, seeds 0 and 1.")
+    assert build_facts(tmp_path, pd.DataFrame(rows)) == {
+        "runs": 2, "profile": "unnamed", "description": "", "data": ["`gaussian_mixture` (100 to 300 training samples)"],
+        "networks": ["`mlp`"], "epochs": "2 to 3", "seeds": ["0", "1"]}
 
 
 def test_runs_for_selects_a_role_in_the_profiles_order(tmp_path):
@@ -256,12 +256,11 @@ def test_smoke_sweep_end_to_end(smoke_runs):
     # the runs the Fashion-MNIST page reads: the Table 1 losses there
     fmnist = table[(table["dataset"] == "fashion_mnist")
                    & table["loss_label"].isin([lo.display for lo in profiles.TABLE1_LOSSES])]
-    assert describe_build(smoke_runs, fmnist) == (
-        f"This page was built from {fmnist['run'].nunique()} runs of the sweep profile `smoke`: "
-        f"`fashion_mnist` ({n} training samples), network `cnn`, 1 epoch, seed 0. The `smoke` "
-        f"profile: {profiles.PROFILES['smoke'].description}.")
-    every = describe_build(smoke_runs, table.sort_values("model"))
-    assert f"`gaussian_mixture` ({n} training samples)" in every and "networks `cnn` and `mlp`," in every
+    assert build_facts(smoke_runs, fmnist) == {
+        "runs": fmnist["run"].nunique(), "profile": "`smoke`", "description": profiles.PROFILES["smoke"].description,
+        "data": [f"`fashion_mnist` ({n} training samples)"], "networks": ["`cnn`"], "epochs": "1", "seeds": ["0"]}
+    every = build_facts(smoke_runs, table.sort_values("model"))
+    assert f"`gaussian_mixture` ({n} training samples)" in every["data"] and every["networks"] == ["`cnn`", "`mlp`"]
     # a second invocation finds everything done and runs nothing
     before = {r.run_id: (smoke_runs / "runs" / r.run_id / "result.json").stat().st_mtime_ns for r in runs}
     again = sweep.run_sweep("smoke", smoke_runs, progress=False)

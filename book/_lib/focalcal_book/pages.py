@@ -5,8 +5,9 @@
   that may contain ``$...$`` TeX, numbers formatted per column, booleans as yes/no and no index;
 - :func:`run_setting` says, for prose, what data and network a sweep's run trained on (the
   experiment pages read any profile's runs, so they never name a data set themselves), and
-  :func:`other_settings` which settings of the profile a page leaves out, and :func:`runs_label`
-  names the folder without the builder's absolute path.
+  :func:`build_values` what a page was built from (with :func:`other_settings`, the settings of
+  the profile it leaves out), and :func:`runs_label` names the folder without the builder's
+  absolute path.
 
 The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`.
 """
@@ -54,21 +55,32 @@ def run_setting(out: str | Path, run: str) -> dict[str, Any]:
             "config": cfg, "trainer": blob["trainer"]}
 
 
-def other_settings(out: str | Path, role: str, results, shown) -> str:
-    """A sentence naming the settings (data set on network) that the folder's profile trained for
-    ``role`` besides those of ``shown`` (the rows a page shows), or ``""`` where there are none:
-    a page that shows one setting (``runs_for(..., setting="first")``) says what it leaves out."""
+def other_settings(out: str | Path, role: str, results, shown) -> list[str]:
+    """The settings (data set on network, in prose) that the folder's profile trained for ``role``
+    besides those of ``shown`` (the rows a page shows); empty where there are none. A page that
+    shows one setting (``runs_for(..., setting="first")``) says what it leaves out."""
     from focalcal.lab.results import runs_for
 
     every = runs_for(out, role, results)
     here = set(zip(shown["dataset"], shown["model"]))
-    rest = [p for p in dict.fromkeys(zip(every["dataset"], every["model"])) if p not in here]
-    if not rest:
-        return ""
-    names = [" on ".join(_titles(d, m)) for d, m in rest]
-    return (f"The profile also trained these runs on {', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
-            f"{names[-1]}; this page shows the first setting the profile lists "
-            f"(`focalcal.lab.results.runs_for(..., setting=(dataset, model))` selects another).")
+    return [" on ".join(_titles(d, m)) for d, m in dict.fromkeys(zip(every["dataset"], every["model"]))
+            if (d, m) not in here]
+
+
+def build_values(out: str | Path, shown, *, role: str | None = None, results=None) -> dict[str, Any]:
+    """What a page was built from, as ``build_<key>`` values for :func:`glue_values`: the facts of
+    :func:`focalcal.lab.results.runs.build_facts` about the rows ``shown`` (text as Markdown), and
+    with ``role`` (and the folder's ``results``) ``build_others``, the settings of that role the
+    page leaves out (:func:`other_settings`)."""
+    from IPython.display import Markdown
+
+    from focalcal.lab.results.runs import build_facts
+
+    values = {f"build_{k}": Markdown(v or "–") if isinstance(v, str) else v
+              for k, v in build_facts(out, shown).items()}
+    if role is not None:
+        values["build_others"] = other_settings(out, role, results, shown)
+    return values
 
 
 def runs_label(out: str | Path) -> str:

@@ -18,7 +18,7 @@ from ..spec import ROLES
 from ..runfolder import Run, load_run
 
 __all__ = ["RUNS_ENV", "runs_dir", "Run", "load_run", "load_results", "load_profile", "runs_for",
-           "load_histories", "describe_build", "test_set"]
+           "load_histories", "build_facts", "test_set"]
 
 #: the environment variable naming the sweep folder a page reads
 RUNS_ENV = "FOCALCAL_RUNS"
@@ -53,7 +53,7 @@ def runs_for(out: str | os.PathLike, role: str, results=None, *, setting: str | 
     ``setting`` narrows them to one data set and network: ``"all"`` keeps every run, ``"first"``
     those of the role's first finished run (the profiles list the main setting first, e.g.
     CIFAR-10 on ResNet-50 before CIFAR-100 and Wide-ResNet), a ``(dataset, model)`` pair that one.
-    A page that shows one setting says which (``describe_build``).
+    A page that shows one setting says which (``build_facts``).
 
     Raises
     ------
@@ -116,40 +116,33 @@ def load_histories(out: str | os.PathLike, results=None):
     return pd.concat(frames, ignore_index=True)
 
 
-def _span(values: list[int], unit: str) -> str:
+def _span(values: list[int]) -> str:
     lo, hi = min(values), max(values)
-    return f"{lo:,} {unit}{'' if lo == 1 else 's'}" if lo == hi else f"{lo:,} to {hi:,} {unit}s"
+    return f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
 
 
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def build_facts(out: str | os.PathLike, results) -> dict[str, Any]:
+    """What a page was built from, read from the runs themselves: the values of the page's own
+    sentence about it.
 
-
-def describe_build(out: str | os.PathLike, results) -> str:
-    """What a page was built from, in Markdown, read from the runs themselves.
-
-    The sweep profile of the folder (its ``profile.json``; "shrunk" for a
-    :func:`~focalcal.lab.profiles.shrink` version) and its description, the number of runs, the
-    datasets with their training-set sizes (each run's ``config.json``), the networks, the epochs
-    and the seeds.
+    ``runs`` (their number), ``profile`` (the name in the folder's ``profile.json`` as Markdown code,
+    with "(shrunk)" for a :func:`~focalcal.lab.profiles.shrink` version; "unnamed" without one),
+    ``description`` (the profile's; "" without one), ``data`` (per data set its name and training-set
+    sizes, from each run's ``config.json``), ``networks``, ``epochs`` (one number or a range) and
+    ``seeds``; lists of Markdown strings where a page lists them.
     """
     runs = results.drop_duplicates("run")
     info = load_profile(out) if runfolder.has_profile(out) else None
-    profile = info["profile"] if info else None
     sizes: dict[str, list[int]] = {}
     for _, r in runs.iterrows():
         config = runfolder.read_config(runfolder.run_path(out, r["run"]))
         sizes.setdefault(r["dataset"], []).append(int(config["data"]["train"]))
-    nets = [f"`{m}`" for m in dict.fromkeys(runs["model"])]
-    seeds = sorted({int(s) for s in runs["seed"]})
-    source = (f"the sweep profile `{profile}`{' (shrunk)' if info.get('shrunk') else ''}" if profile
-              else "a sweep folder that does not name its profile")
-    data = _and([f"`{d}` ({_span(n, 'training sample')})" for d, n in sizes.items()])
-    text = (f"This page was built from {len(runs)} run{'s' if len(runs) != 1 else ''} of {source}: {data}, "
-            f"network{'s' if len(nets) > 1 else ''} {_and(nets)}, "
-            f"{_span([int(e) for e in runs['epochs']], 'epoch')}, "
-            f"seed{'s' if len(seeds) > 1 else ''} {_and([str(s) for s in seeds])}.")
-    return text + (f" The `{profile}` profile: {info['description']}." if profile else "")
+    profile = (f"`{info['profile']}`" + (" (shrunk)" if info.get("shrunk") else "")) if info else "unnamed"
+    return {"runs": len(runs), "profile": profile, "description": info["description"] if info else "",
+            "data": [f"`{d}` ({_span(n)} training samples)" for d, n in sizes.items()],
+            "networks": [f"`{m}`" for m in dict.fromkeys(runs["model"])],
+            "epochs": _span([int(e) for e in runs["epochs"]]),
+            "seeds": [str(s) for s in sorted({int(s) for s in runs["seed"]})]}
 
 
 def test_set(run: Run) -> tuple[Any, torch.Tensor]:
