@@ -102,17 +102,17 @@ def test_failed_losses_flag_a_network_near_chance():
     assert mf.failed_losses(t.assign(error=[0.1, 0.12, 0.3, 0.3]), 10) == []
 
 
-def test_against_ce_gates_a_loss_that_did_not_train():
+def test_against_baseline_gates_a_loss_that_did_not_train():
     v = _frame(**{mf.CE: [3, 4], FL1: [1, 2], FL2: [5, 6]})
-    verdict, ev = mf.against_ce(v, "x", [FL1, FL2])
+    verdict, ev = mf.against_baseline(v, "x", [FL1, FL2])
     assert verdict == vd.DOES_NOT_HOLD and list(ev["verdict"]) == [vd.HOLDS, vd.DOES_NOT_HOLD]
     assert list(ev["agree"]) == ["2 of 2", "0 of 2"] and ev["against"].iloc[0] == "3.000–4.000"
     # FL2 flagged: its part is not computed, and the claim is only partly tested
-    verdict, ev = mf.against_ce(v, "x", [FL1, FL2], failed=[FL2])
+    verdict, ev = mf.against_baseline(v, "x", [FL1, FL2], failed=[FL2])
     assert verdict == vd.PARTLY_TESTED and list(ev["verdict"]) == [vd.HOLDS, vd.NOT_TRAINED]
-    assert mf.against_ce(v, "x", [FL1, FL2], failed=[mf.CE])[0] == vd.NOT_TRAINED
-    assert mf.against_ce(v, "x", [FL1], higher=True)[0] == vd.DOES_NOT_HOLD
-    assert mf.against_ce(v, "x", [mf.FL3])[0] == vd.NOT_RUN
+    assert mf.against_baseline(v, "x", [FL1, FL2], failed=[mf.CE])[0] == vd.NOT_TRAINED
+    assert mf.against_baseline(v, "x", [FL1], higher=True)[0] == vd.DOES_NOT_HOLD
+    assert mf.against_baseline(v, "x", [mf.FL3])[0] == vd.NOT_RUN
 
 
 def test_every_epoch_needs_every_epoch():

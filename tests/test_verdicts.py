@@ -29,6 +29,19 @@ def test_paired(differences, verdict):
     assert vd.paired(differences) == verdict
 
 
+@pytest.mark.parametrize("hits, verdict", [
+    ([True, True, True], HOLDS), ([False, False], DOES_NOT_HOLD), ([True, False, True], NOT_RESOLVED),
+    ([True], NOT_RESOLVED),              # one seed: no spread to judge
+])
+def test_every_seed(hits, verdict):
+    assert vd.every_seed(hits) == verdict
+
+
+def test_every_seed_needs_a_seed():
+    with pytest.raises(ValueError, match="hits"):
+        vd.every_seed([])
+
+
 @pytest.mark.parametrize("lower, higher, verdict", [
     ([0, 0.5], [1, 2], HOLDS),             # the ranges separate in the claimed direction
     ([1, 2], [0, 0.5], DOES_NOT_HOLD),     # ... the other way

@@ -12,7 +12,7 @@ mechanism figures and the verdicts on their qualitative claims:
 - :func:`failed_losses`: the failed-experiment rule (:func:`focalcal_book.verdicts.untrained`) on a
   :func:`protocol_table`; every claim helper below takes its list as ``failed`` and answers
   :data:`~focalcal_book.verdicts.NOT_TRAINED` for a part about such a loss, without computing it;
-- :func:`compare_seeds`, :func:`against_ce`, :func:`every_epoch`, :func:`ordered`,
+- :func:`compare_seeds`, :func:`against_baseline`, :func:`every_epoch`, :func:`ordered`,
   :func:`lowest_cases`, :func:`near_one_verdict`, :func:`at_least_verdict`,
   :func:`rise_after_drop`: the verdicts, each with its evidence as a table (the rules are
   :mod:`focalcal_book.verdicts`'s);
@@ -43,7 +43,7 @@ __all__ = ["LOSSES", "FIG3", "CE", "FL3", "FLSD53", "TABLE1_COLUMNS", "NEAR_ONE"
            "TRAIN_BINS", "select_runs", "missing_losses", "protocol_table",
            "range_cells", "failed_losses",
            "prefix_histories", "late_epochs", "nll_rise", "rise", "late_mean", "final_stat", "grad_norm_medians",
-           "compare_seeds", "against_ce", "LS_005", "LS_01", "label_smoothing_table", "label_smoothing_choice", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
+           "compare_seeds", "against_baseline", "LS_005", "LS_01", "label_smoothing_table", "label_smoothing_choice", "every_epoch", "ordered", "lowest_cases", "near_one_verdict",
            "at_least_verdict", "rise_after_drop", "scaled_epochs", "plot_split_curves", "plot_band_curves",
            "plot_grad_norm_hists", "plot_train_reliability", "RULES", "ECE_CASES", "claims"]
 
@@ -290,11 +290,11 @@ def _untested(loss: str, present: set[str], failed: Sequence[str], baseline: str
     return None
 
 
-def against_ce(values, column: str, losses: Sequence[str], *, higher: bool = False,
-               failed: Sequence[str] = (), digits: int = 3, baseline: str = CE):
+def against_baseline(values, column: str, losses: Sequence[str], *, higher: bool = False,
+                     failed: Sequence[str] = (), digits: int = 3, baseline: str = CE):
     """Mukhoti et al.'s "focal loss has a lower (``higher=True``: higher) ``column`` than
-    cross-entropy" (or than another ``baseline``), one part per loss of ``losses``, seeds paired by
-    number (:func:`compare_seeds`).
+    cross-entropy" (the default ``baseline``; or than another), one part per loss of ``losses``,
+    seeds paired by number (:func:`compare_seeds`).
 
     A part is :data:`NOT_RUN` when the loss or cross-entropy has no row and :data:`NOT_TRAINED`
     (not computed) when either is in ``failed``; the parts are joined by
@@ -330,14 +330,14 @@ def label_smoothing_choice(table, failed: Sequence[str] = ()):
     """Mukhoti et al.'s "we train models using alpha = 0.05 and alpha = 0.1 but find alpha = 0.05
     to perform better" (Sec. 5.1), in the measure of their tables: label smoothing 0.05 has a lower
     test ECE (15 equal-width bins) than 0.1, before and after their temperature, seeds paired
-    (:func:`against_ce` with 0.1 as the baseline). ``table``: :func:`label_smoothing_table`.
+    (:func:`against_baseline` with 0.1 as the baseline). ``table``: :func:`label_smoothing_table`.
     Returns ``(verdict, evidence)``, one evidence row per half, joined by
     :func:`~focalcal_book.verdicts.combine`."""
     import pandas as pd
 
     parts, rows = [], []
     for column, when in (("ece_pre", "before T"), ("ece_post", "after T")):
-        v, ev = against_ce(table, column, [LS_005], failed=failed, baseline=LS_01)
+        v, ev = against_baseline(table, column, [LS_005], failed=failed, baseline=LS_01)
         parts.append(v)
         rows.append(ev.assign(part=f"ECE {when}"))
     return combine(parts), pd.concat(rows, ignore_index=True)
@@ -345,7 +345,7 @@ def label_smoothing_choice(table, failed: Sequence[str] = ()):
 
 def every_epoch(histories, column: str, losses: Sequence[str], *, higher: bool = False,
                 failed: Sequence[str] = ()):
-    """Mukhoti et al.'s "consistently ... throughout training": :func:`against_ce` at every epoch
+    """Mukhoti et al.'s "consistently ... throughout training": :func:`against_baseline` at every epoch
     of ``histories``, each epoch judged alone and joined by
     :func:`focalcal_book.verdicts.every_step` per loss, the losses by
     :func:`~focalcal_book.verdicts.combine`. Returns ``(verdict, evidence)``; ``agree`` counts the
@@ -356,7 +356,8 @@ def every_epoch(histories, column: str, losses: Sequence[str], *, higher: bool =
     for lo in losses:
         v, agree = _untested(lo, present, failed), "–"
         if v is None:
-            steps = [against_ce(histories[histories["epoch"] == e], column, [lo], higher=higher)[0] for e in epochs]
+            steps = [against_baseline(histories[histories["epoch"] == e], column, [lo], higher=higher)[0]
+                     for e in epochs]
             v, agree = every_step(steps), f"{steps.count(HOLDS)} of {len(steps)} epochs"
         parts.append(v)
         rows.append({"part": lo, "values": "", "against": "", "agree": agree, "verdict": v})
@@ -860,7 +861,7 @@ def _grad_norm_claim(out, results, failed: Sequence[str], later: Sequence[int]):
         return NOT_TRAINED, None
     present = set(results["loss_label"])
     medians = grad_norm_medians(out, results, later)
-    steps = [against_ce(medians[medians["epoch"] == e], "median", [FL3], digits=3) for e in later]
+    steps = [against_baseline(medians[medians["epoch"] == e], "median", [FL3], digits=3) for e in later]
     if not steps or CE not in present or FL3 not in present:
         return NOT_RUN, None
     evidence = pd.concat([ev.assign(part=f"epoch {e}") for e, (_, ev) in zip(later, steps)])
@@ -869,8 +870,8 @@ def _grad_norm_claim(out, results, failed: Sequence[str], later: Sequence[int]):
 
 def _against_both(table, column: str, failed: Sequence[str], *, higher: bool = False):
     """Their Table 13 reading: the focal losses (gamma = 3 and FLSD-53) against cross-entropy and
-    against MMCE (:func:`against_ce` with each baseline), every part joined."""
-    parts = [against_ce(table, column, [FL3, FLSD53], higher=higher, failed=failed, digits=4, baseline=b)
+    against MMCE (:func:`against_baseline` with each baseline), every part joined."""
+    parts = [against_baseline(table, column, [FL3, FLSD53], higher=higher, failed=failed, digits=4, baseline=b)
              for b in (CE, TABLE1_COLUMNS[2])]
     return combine([v for v, _ in parts]), _evidence([r for _, ev in parts for r in ev.to_dict("records")])
 
@@ -887,16 +888,16 @@ def claims(out: str | Path, results, table, histories, failed: Sequence[str], hi
     baseline_t = {lo: gate([lo], failed, lambda lo=lo: at_least_verdict(t_by.get(lo, []))) for lo in (CE, mmce)}
     evidence = {
         "mukhoti_flsd53_lowest": lowest_cases(table, FLSD53, TABLE1_COLUMNS, ECE_CASES, failed=failed),
-        "mukhoti_nll_overfit": against_ce(nll_rise(histories), "nll_rise", focal, failed=failed),
+        "mukhoti_nll_overfit": against_baseline(nll_rise(histories), "nll_rise", focal, failed=failed),
         "mukhoti_nll_correct": every_epoch(histories, "test_nll_correct", focal, higher=True, failed=failed),
-        "mukhoti_nll_incorrect_rise": against_ce(rise(histories, "test_nll_incorrect"), "rise", focal,
-                                                 failed=failed),
-        "mukhoti_entropy": against_ce(final_stat(out, results, "entropy_incorrect"), "entropy_incorrect", focal,
-                                      higher=True, failed=failed),
-        "mukhoti_weight_norm": against_ce(late_mean(histories, "weight_norm"), "weight_norm", focal,
-                                          failed=failed, digits=2),
-        "mukhoti_feature_norm": against_ce(late_mean(histories, "feature_norm"), "feature_norm", focal,
-                                           failed=failed, digits=2),
+        "mukhoti_nll_incorrect_rise": against_baseline(rise(histories, "test_nll_incorrect"), "rise", focal,
+                                                       failed=failed),
+        "mukhoti_entropy": against_baseline(final_stat(out, results, "entropy_incorrect"), "entropy_incorrect",
+                                            focal, higher=True, failed=failed),
+        "mukhoti_weight_norm": against_baseline(late_mean(histories, "weight_norm"), "weight_norm", focal,
+                                                failed=failed, digits=2),
+        "mukhoti_feature_norm": against_baseline(late_mean(histories, "feature_norm"), "feature_norm", focal,
+                                                 failed=failed, digits=2),
         "mukhoti_grad_norm": _grad_norm_claim(out, results, failed, hist_epochs[1:]),
         "mukhoti_gamma_order": ordered(table, "ece_pre", focal, failed=failed, digits=4),
         "mukhoti_flsd53_t_near_one": (gate([FLSD53], failed, lambda: near_one_verdict(t_by.get(FLSD53, []))),

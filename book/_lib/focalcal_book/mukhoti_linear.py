@@ -24,7 +24,7 @@ import torch
 from focalcal import metrics
 from focalcal.losses import focal_loss
 from focalcal.plotting import FIGURE_WIDTH_IN, color
-from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, combine, paired
+from focalcal_book.verdicts import combine, every_seed, paired
 
 __all__ = ["MEANS", "N_TRAIN", "N_TEST", "FLIP", "STEPS", "LR", "LOSSES", "RULES", "CONVERGED_RTOL", "FINAL_COLUMNS",
            "FINAL_FORMATS", "make_data", "train", "run", "summary", "plot_norms", "plot_mistakes"]
@@ -143,14 +143,6 @@ def run(seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     return pd.DataFrame(final).sort_values(["seed", "loss"], kind="stable"), pd.concat(hist, ignore_index=True), mistakes
 
 
-def _every_seed(ok: pd.Series) -> str:
-    """:data:`HOLDS` when ``ok`` on every seed, :data:`DOES_NOT_HOLD` on none, else (or with fewer
-    than two seeds) :data:`NOT_RESOLVED`, as :func:`focalcal_book.verdicts.paired` decides."""
-    if len(ok) < 2:
-        return NOT_RESOLVED
-    return HOLDS if bool(ok.all()) else DOES_NOT_HOLD if not bool(ok.any()) else NOT_RESOLVED
-
-
 #: a run has converged when its last two recorded weight norms differ by less than this (relative)
 CONVERGED_RTOL = 1e-6
 #: the table of :func:`run`'s ``final`` rows that the page shows: column -> header, and formats
@@ -165,8 +157,8 @@ def summary(final: pd.DataFrame, history: pd.DataFrame) -> dict:
     """The page's verdicts and the numbers they rest on, from :func:`run`'s tables."""
     ce, fl = (final[final["loss"] == lo].set_index("seed") for lo in LOSSES)
     norms = combine([paired(fl["weight_norm"] - ce["weight_norm"]), paired(fl["logit_rms"] - ce["logit_rms"])])
-    regions = _every_seed(fl["agreement"] >= 0.99)
-    almost_always = _every_seed(ce["share_above_09"] >= 0.9)
+    regions = every_seed(fl["agreement"] >= 0.99)
+    almost_always = every_seed(ce["share_above_09"] >= 0.9)
     lower = paired(fl["median_conf"] - ce["median_conf"])
     return {"verdicts": {"mukhoti_linear_norms": norms, "mukhoti_linear_regions": regions,
                          "mukhoti_linear_mistakes": combine([almost_always, lower])},

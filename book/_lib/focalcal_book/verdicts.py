@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "PARTLY_TESTED", "NOT_TRAINED", "NOT_RUN", "VERDICTS",
-           "TRAINED_FRACTION", "paired", "compare_ranges", "majority", "every_step", "falling_steps", "combine", "untested",
+           "TRAINED_FRACTION", "paired", "every_seed", "compare_ranges", "majority", "every_step", "falling_steps", "combine", "untested",
            "untrained", "gate", "spread_text", "seed_summary"]
 
 #: the claim holds on every seed (pair) or the seed ranges separate in its direction
@@ -78,6 +78,22 @@ def paired(differences: Sequence[float] | np.ndarray) -> str:
     if d.size < 2:
         return NOT_RESOLVED
     return HOLDS if bool(np.all(d < 0)) else DOES_NOT_HOLD if bool(np.all(d > 0)) else NOT_RESOLVED
+
+
+def every_seed(hits: Sequence[bool] | np.ndarray) -> str:
+    """The claim "on every seed", from one yes/no per seed: :data:`HOLDS` when every seed agrees,
+    :data:`DOES_NOT_HOLD` when none does, :data:`NOT_RESOLVED` when they disagree or there are
+    fewer than two seeds (as :func:`paired` decides for differences).
+
+    Raises
+    ------
+    ValueError
+        ``hits`` is empty.
+    """
+    h = np.asarray(_values(hits, "hits"), dtype=bool)
+    if h.size < 2:
+        return NOT_RESOLVED
+    return HOLDS if bool(h.all()) else DOES_NOT_HOLD if not bool(h.any()) else NOT_RESOLVED
 
 
 def compare_ranges(lower: Sequence[float] | np.ndarray, higher: Sequence[float] | np.ndarray, *,
