@@ -181,6 +181,40 @@ def test_psi_runs_and_table(tmp_path):
     assert axes[-1].get_xlabel() == "confidence"
 
 
+def test_psi_runs_split_the_ls_paradigm(tmp_path):
+    """Focal loss on smoothed labels is their LS paradigm, not a point of the standard curves; the
+    label-smoothing network is the paradigm's gamma = 0 in the settings the paradigm trains."""
+    rows = []
+    rows += _write_run(tmp_path, "a", hidden=[64], n_train=100, loss="focal", loss_params={"gamma": 2.0}, seed=0)
+    rows += _write_run(tmp_path, "b", hidden=[64], n_train=100, loss="focal",
+                       loss_params={"gamma": 2.0, "label_smoothing": 0.1}, seed=0, label="focal gamma=2, LS 0.1")
+    rows += _write_run(tmp_path, "c", hidden=[64], n_train=100, loss="label_smoothing",
+                       loss_params={"alpha": 0.1}, seed=0, label="label smoothing (0.1)")
+    rows += _write_run(tmp_path, "d", hidden=[512, 512], n_train=100, loss="label_smoothing",
+                       loss_params={"alpha": 0.1}, seed=0, label="label smoothing (0.1)")
+    res = pd.DataFrame(rows)
+    assert list(pc.psi_runs(tmp_path, res)["run"]) == ["a", "c", "d"]
+    ls = pc.psi_runs(tmp_path, res, paradigm="LS")
+    assert list(ls["run"]) == ["b", "c"] and list(ls["gamma"]) == [2.0, 0.0]
+    with pytest.raises(ValueError, match="paradigm"):
+        pc.psi_runs(tmp_path, res, paradigm="ls")
+
+
+def test_ls_paradigm_claim():
+    tab, small, large, large400 = _frame()
+    tab = tab.assign(gap_val=-0.05, gap_val_se=0.01, confidence=0.8, confidence_psi=0.85)
+    # the LS table: raw ECE rising with gamma, Psi below it; label smoothing is gamma = 0
+    ls = tab[tab["setting"] == large].assign(ece_raw=lambda t: 0.05 + 0.1 * t["gamma"],
+                                              ece_psi=lambda t: 0.05 + 0.001 * t["gamma"])
+    ls = ls[(ls["loss"] == "label_smoothing") | (ls["gamma"] > 0)]
+    found = pc.claims(tab, [small, large, large400], ls)
+    assert found["verdicts"]["charoen_ls_always"] == H
+    assert [(r["steps_rising"], r["steps"], r["psi_lower"], r["runs"]) for r in found["ls"]] == [(2, 2, 4, 4)]
+    flat = ls.assign(ece_raw=0.05)
+    assert pc.claims(tab, [small, large, large400], flat)["verdicts"]["charoen_ls_always"] == DNH
+    assert pc.claims(tab, [small, large, large400])["verdicts"]["charoen_ls_always"] == "not run in this build"
+
+
 def test_profile_plan(monkeypatch):
     cpu = pc.profile_plan("cpu")
     assert cpu["gammas"] == list(profiles.PSI_GAMMAS) and cpu["ls_alpha"] == 0.1

@@ -21,12 +21,12 @@ from .spec import Block, Loss, Profile, loss
 
 __all__ = [
     "ALL_LOSSES", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
-    "CPU_FMNIST_DUAL_TRAIN", "CSF_LOSSES", "LABEL_SMOOTHING_01", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
-    "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CURVATURE_GAMMAS",
+    "CPU_FMNIST_DUAL_TRAIN", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
+    "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CSF_LOSSES", "CURVATURE_GAMMAS",
     "CURVATURE_MLP", "CURVATURE_TAUS", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
     "GPU_CURVATURE_MLP", "GPU_CURVATURE_TRAIN", "GPU_FIG1_TRAIN", "GPU_FLSC531",
     "GPU_LENGTH_TRAIN", "GPU_MODELS", "GPU_OTHER_LOSSES", "GPU_PSI_SMALL_DATA_TRAIN",
-    "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LENGTH_LOSSES", "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
+    "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LABEL_SMOOTHING_01", "LENGTH_LOSSES", "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
     "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LS_LOSSES", "PSI_LOSSES",
     "PSI_SMALL_MLP", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
     "SMOKE_CURVATURE_TRAIN", "SMOKE_LENGTH_LOSSES", "SMOKE_LENGTH_TRAIN", "SMOKE_PAIR",
@@ -205,9 +205,9 @@ SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
 def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
                losses: Sequence[Loss] = PSI_LOSSES, dataset: str = "fashion_mnist",
                in_features: int = 784, ls_losses: Sequence[Loss] = PSI_LS_LOSSES) -> list[Block]:
-    """The Psi chapter's three settings: small and large MLP on ``train``, large on ``small_data``
-    (the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR); and the LS
-    paradigm's ``ls_losses`` on the large MLP with ``train``."""
+    """The Psi chapter's blocks: its three settings (small and large MLP on ``train``, large on
+    ``small_data``; the MLPs read ``in_features`` inputs: 784 for Fashion-MNIST, 3 072 for CIFAR),
+    and the LS paradigm's ``ls_losses`` on the large MLP with ``train``."""
     small = {**PSI_SMALL_MLP, "in_features": in_features}
     large = {**PSI_LARGE_MLP, "in_features": in_features}
     return [Block([dataset], ["mlp"], lo, seeds, train=t, posthoc=SMOKE_POSTHOC, model_params=mlp, role="psi")
