@@ -69,7 +69,7 @@ def other_settings(out: str | Path, role: str, results, shown) -> list[str]:
 
 def build_values(out: str | Path, shown, *, role: str | None = None, results=None) -> dict[str, Any]:
     """What a page was built from, as ``build_<key>`` values for :func:`glue_values`: the facts of
-    :func:`focalcal.lab.results.runs.build_facts` about the rows ``shown`` (text as Markdown), and
+    ``focalcal.lab.results.runs.build_facts`` about the rows ``shown`` (text as Markdown), and
     with ``role`` (and the folder's ``results``) ``build_others``, the settings of that role the
     page leaves out (:func:`other_settings`)."""
     from IPython.display import Markdown

@@ -110,7 +110,7 @@ class LossHooks:
     """What the trainer calls besides the loss itself.
 
     A loss declares its needs by its type, one :class:`typing.Protocol` per need, read once when
-    the trainer is built (:meth:`of`; pass ``hooks=LossHooks(...)`` to give other callables):
+    the trainer is built (:meth:`LossHooks.of`; pass ``hooks=LossHooks(...)`` to give other callables):
     :class:`EpochScheduled` (``set_epoch(epoch)``, before every epoch with the 0-based epoch: FLSc),
     :class:`ValidationUpdated` (``update(val_logits, val_labels)``, after every epoch, on the
     training device: AdaFocal; needs ``val_loader``) and :class:`ModelAware` (``requires_model =

@@ -22,7 +22,7 @@ every public name is importable from here. The modules, one job each:
                  (``from focalcal.lab.results import calibrators``)
 ===============  =======================================================================================
 
-Run folders are :mod:`focalcal.lab.runfolder`'s; the post-hoc protocol is :mod:`.protocol`'s.
+Run folders are :mod:`focalcal.lab.runfolder`'s; the post-hoc protocol is described in ``protocol``.
 """
 
 from . import bootstrap, released
