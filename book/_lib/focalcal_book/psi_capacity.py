@@ -39,7 +39,7 @@ from focalcal.posthoc import TemperatureScaling
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, every_step,
                                     falling_steps, majority, paired, spread_text)
 
-__all__ = ["LOSSES", "psi_runs", "setting_name", "profile_plan", "psi_table", "plot_reliability_grid",
+__all__ = ["LOSSES", "GAMMA_CLAIM_COLUMNS", "GAMMA_CLAIM_FORMATS", "psi_runs", "setting_name", "profile_plan", "psi_table", "plot_reliability_grid",
            "settings", "roles", "best_gammas", "share_verdict", "confidence_classes",
            "best_gamma_claim", "psi_gain", "less_effective_claim", "per_seed_table", "tsfl_claim", "improves_most", "tsfl_degrades",
            "plot_ece_vs_gamma", "plot_psi_effect", "RULES", "claims"]
@@ -519,6 +519,15 @@ def tsfl_claim(table, setting: str, *, raw: str = "ece_tsfl", psi: str = "ece_ts
                psi_lower=int(np.sum(diff < 0)), change_min=100 * float(diff.min()),
                change_max=100 * float(diff.max()))
     return row
+
+
+#: headers and formats of :func:`tsfl_claim`'s rows (TS_FL and the LS paradigm) on the page
+GAMMA_CLAIM_COLUMNS: dict[str, str] = {
+    "setting": "setting", "ece_g0": "ECE at $\\gamma = 0$ (%)", "gamma_max": "largest $\\gamma$",
+    "ece_gmax": "ECE there (%)", "steps_rising": "steps rising", "steps": "steps", "worsens": "always worse",
+    "psi_lower": "runs $\\Psi$ lowers", "runs": "runs", "change_min": "least change (pp)",
+    "change_max": "largest change (pp)", "mitigates": "$\\Psi$ mitigates"}
+GAMMA_CLAIM_FORMATS: dict[str, str] = {"gamma_max": "g", "change_min": "+.2f", "change_max": "+.2f"}
 
 
 def _cases(table, column_a: str, column_b: str) -> list[str]:
