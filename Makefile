@@ -78,14 +78,19 @@ system-deps:
 	  else echo "warning: cannot install$$need without root"; fi; \
 	fi
 
+# Two test processes (pytest-xdist): one runs the chapters, sweeps and book build (one group, see
+# tests/conftest.py), the other the unit tests. TEST_JOBS=0 runs everything in this process.
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+
 # pytest exits 5 when it collected no test: that is a failure here, never a pass
 test: install lint-imports
-	@rc=0; $(BIN)/python -m pytest || rc=$$?; \
+	@rc=0; $(PYTEST) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# unit tests only: skips the slow book build and sweeps (for development, not CI)
+# unit tests only: skips the chapters, the book build and the sweeps (for development, not CI)
 test-fast: install lint-imports
-	$(BIN)/python -m pytest -m "not book and not notebooks"
+	$(PYTEST) -m "not book and not notebooks"
 
 # the architecture contracts of pyproject.toml ([tool.importlinter])
 lint-imports: install

@@ -62,6 +62,41 @@ def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
     return source_digest(files, base)
 
 
+# The tests run in two processes under `make test` (pytest-xdist, ``--dist loadgroup``): a file's
+# tests stay together in one process, and every test that executes chapters, sweeps or builds the
+# book (its marks, or a fixture below) shares one group, so that each such session fixture is made
+# once, in one process, while the other process runs the unit tests.
+HEAVY_FIXTURES = {"smoke_runs", "gpu_shrunk_runs", "chapters", "built_book", "rendered", "gpu_book"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        heavy = item.get_closest_marker("book") or item.get_closest_marker("notebooks") \
+            or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.xdist_group("heavy" if heavy else item.path.name))
+
+
+def chapter_cache() -> Path:
+    """The jupyter-cache of executed chapters that the ledger tests fill and the test book build
+    reads, so that `make test` executes each chapter once: ``_build/test/jupyter-cache-<key>``.
+    jupyter-cache keys a chapter on its own code cells; the key here adds what the cells import
+    (the library, the lab, the book's helpers) and the numeric packages' versions."""
+    from importlib import metadata
+
+    from focalcal.lab.io import source_digest
+
+    files = [p for base in (ROOT / "src" / "focalcal", ROOT / "book" / "_lib" / "focalcal_book")
+             for p in sorted(base.rglob("*.py"))]
+    key = source_digest(files, ROOT, extra=[*(f"{pkg}=={metadata.version(pkg)}" for pkg in
+                                              ("torch", "numpy", "scipy", "sympy", "mpmath")),
+                                            f"python {sys.version_info[:2]}"])
+    out = ROOT / "_build" / "test" / f"jupyter-cache-{key}"
+    for old in out.parent.glob("jupyter-cache-*"):
+        if old != out and old.is_dir() and time.time() - old.stat().st_mtime > 86400:
+            shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
 @pytest.fixture(scope="session")
 def smoke_runs() -> Path:
     """Run the sweep's smoke profile once per version of the code and return its folder.

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bs4 import BeautifulSoup
+from conftest import chapter_cache
 from focalcal_book.style import COLUMN_PX, MIN_TEXT_PX, SMALLEST_FONT_PT
 
 pytestmark = pytest.mark.book
@@ -104,10 +105,11 @@ def built_book(smoke_runs, shared_logits_dir) -> Path:
 def jupyter_book(out: Path, runs: Path, *options: str) -> Path:
     """``jupyter-book build --all`` of the repository into ``out`` with the sweep folder ``runs``
     (``$FOCALCAL_RUNS``) and ``options``; returns the HTML folder, or fails the test with the
-    build's output and its execution reports. The build keeps its execution cache in ``out``, so
-    that it never mixes with `make book`'s."""
+    build's output and its execution reports. Its execution cache is the ledger tests'
+    (``conftest.chapter_cache``: a theory chapter they executed is not executed again), never
+    `make book`'s."""
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
-    cfg["execute"]["cache"] = str(out / ".jupyter_cache")
+    cfg["execute"]["cache"] = str(chapter_cache())
     out.mkdir(parents=True, exist_ok=True)
     (out / "_config.yml").write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, FOCALCAL_RUNS=str(runs), MPLBACKEND="Agg")

@@ -1,15 +1,16 @@
 """The theory chapters' claim ledgers, outside the book build.
 
 Every theory chapter turns each claim of a paper into an assertion (``focalcal_book.verify``): a
-claim that stops holding raises in its cell. Here each chapter is executed as a notebook
-(jupytext -> nbclient, in the chapter's folder, as Jupyter Book does), unmarked, so that
-``make test-fast`` runs all the ledger checks; a failing cell fails the chapter's test with the
-claim named in the traceback. Then the pasted numbers of the errata page are compared with the
-quantities the page says they are.
+claim that stops holding raises in its cell. Here each chapter is executed as a notebook (read
+by MyST-NB's reader, executed by nbclient in the chapter's folder, as Jupyter Book does; several
+chapters at a time), and a failing cell fails the chapter's test with the claim named in the
+traceback. Then the pasted numbers of the errata page are compared with the quantities the page
+says they are.
 
-An executed chapter is kept in ``_build/test/ledgers`` under a digest of everything it depends
-on (its source, the library, the book's helpers and the versions of the numeric packages), so
-an unchanged chapter is not executed twice; ``FOCALCAL_LEDGER_CACHE=0`` executes them all again.
+The executed chapters go into the jupyter-cache that the test book build reads
+(``conftest.chapter_cache``, keyed on the code the chapters import), so `make test` executes
+each chapter once and an unchanged chapter is not executed again; ``FOCALCAL_LEDGER_CACHE=0``
+executes them all again. The chapters' tests are marked ``notebooks`` (not in `make test-fast`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from pathlib import Path
 
-import jupytext
 import mpmath
 import nbformat
 import pytest
 import sympy as sp
 from bs4 import BeautifulSoup
+from conftest import chapter_cache
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
+from myst_nb.core.read import read_myst_markdown_notebook
+from myst_parser.config.main import MdParserConfig
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -35,27 +38,20 @@ from focalcal_book import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 THEORY = ROOT / "book" / "theory"
-CACHE = ROOT / "_build" / "test" / "ledgers"
 # the chapters that keep a ledger (summary and errata only paste from them)
 CHAPTERS = ["mukhoti", "charoenphakdee", "kk_binary", "kk_multiclass", "zhou", "curvature",
             "unified"]
-PACKAGES = ("torch", "numpy", "scipy", "sympy", "mpmath")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _digest(page: str) -> str:
-    from focalcal.lab.io import source_digest
-
-    files = [THEORY / f"{page}.md"] + [p for base in (ROOT / "src" / "focalcal", ROOT / "book" / "_lib" / "focalcal_book")
-                                       for p in sorted(base.rglob("*.py"))]
-    return source_digest(files, ROOT, extra=[*(f"{pkg}=={metadata.version(pkg)}" for pkg in PACKAGES),
-                                             f"python {sys.version_info[:2]}"])
+def read_page(path: Path) -> nbformat.NotebookNode:
+    """A MyST page as the notebook Jupyter Book executes (and jupyter-cache keys)."""
+    return read_myst_markdown_notebook(path.read_text(), MdParserConfig(), path=path)
 
 
 def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
-    """Execute a MyST page (or any jupytext-readable file) in its folder; raises
-    ``CellExecutionError`` naming the failing cell."""
-    nb = jupytext.read(path)
+    """Execute a MyST page in its folder; raises ``CellExecutionError`` naming the failing cell."""
+    nb = read_page(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
@@ -77,34 +73,40 @@ def glued(nb: nbformat.NotebookNode) -> dict[str, str]:
 
 
 def run_chapter(page: str) -> dict:
-    """Execute one chapter (or reuse its executed copy for this digest)."""
-    key = _digest(page)
-    cached = CACHE / f"{page}-{key}.ipynb"
-    if os.environ.get("FOCALCAL_LEDGER_CACHE", "1") != "0" and cached.is_file():
-        return {"glue": glued(nbformat.read(cached, 4)), "error": None, "cached": True}
+    """Execute one chapter: its glued values, or the failing cell's error, and the notebook."""
     try:
         nb = execute(THEORY / f"{page}.md")
     except CellExecutionError as exc:
-        return {"glue": {}, "error": ANSI.sub("", str(exc)), "cached": False}
-    CACHE.mkdir(parents=True, exist_ok=True)
-    for old in CACHE.glob(f"{page}-*.ipynb"):
-        old.unlink()
-    for cell in nb.cells:  # keep only the glued values (the figures run to tens of MB)
-        if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.get("outputs", [])
-                            if "scrapbook" in o.get("metadata", {})]
-    nbformat.write(nb, cached)
-    return {"glue": glued(nb), "error": None, "cached": False}
+        return {"glue": {}, "error": ANSI.sub("", str(exc)), "notebook": None}
+    return {"glue": glued(nb), "error": None, "notebook": nb}
 
 
 @pytest.fixture(scope="session")
 def chapters() -> dict[str, dict]:
-    """Every ledger chapter executed, several at a time (each in its own kernel)."""
-    workers = max(1, min(len(CHAPTERS), (os.cpu_count() or 2)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(CHAPTERS, pool.map(run_chapter, CHAPTERS)))
+    """Every ledger chapter, from the cache or executed now, several at a time (each in its own
+    kernel), then cached. Only this thread touches the cache (jupyter-cache keeps its index in
+    SQLite)."""
+    cache = get_cache(chapter_cache())
+    results, pending = {}, []
+    for page in CHAPTERS:
+        try:
+            if os.environ.get("FOCALCAL_LEDGER_CACHE", "1") == "0":
+                raise KeyError(page)
+            _, nb = cache.merge_match_into_notebook(read_page(THEORY / f"{page}.md"))
+            results[page] = {"glue": glued(nb), "error": None}
+        except KeyError:
+            pending.append(page)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(CHAPTERS), os.cpu_count() or 2))) as pool:
+        for page, result in zip(pending, pool.map(run_chapter, pending)):
+            nb = result.pop("notebook")
+            if nb is not None:
+                cache.cache_notebook_bundle(CacheBundleIn(nb, str(THEORY / f"{page}.md")),
+                                            check_validity=False, overwrite=True)
+            results[page] = result
+    return results
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("page", CHAPTERS)
 def test_every_claim_of_the_chapter_holds(chapters, page):
     result = chapters[page]
@@ -142,6 +144,7 @@ ledger.glue()
 """
 
 
+@pytest.mark.notebooks
 def test_a_false_claim_fails_its_page(tmp_path):
     good = tmp_path / "good.md"
     good.write_text(PAGE.format(smaller="sp.log(x)", larger="x - 1"))
@@ -206,6 +209,7 @@ def test_errata_names_the_quantities_it_pastes():
         "a quantity of NAMED_QUANTITIES is no longer pasted by the errata page"
 
 
+@pytest.mark.notebooks
 def test_errata_pastes_the_value_of_the_quantity_it_names(chapters):
     checked = 0
     for row, tex, page, key in errata_pastes():

@@ -1345,3 +1345,35 @@ def test_the_compiled_path_equals_the_eager_one(monkeypatch):
         assert torch.allclose(out.detach(), v, rtol=1e-5, atol=1e-6)
         assert torch.allclose(x.grad, grad, rtol=1e-5, atol=1e-7) and torch.isfinite(x.grad).all()
     assert set(_core._COMPILED) == {"forward", "backward"}  # the compiled path ran
+
+
+# every device torch offers on this machine: the CPU always, CUDA where there is a GPU (there the
+# losses take the compiled path). Each gets the float64 formula's values and gradients, in every
+# precision a training loop feeds them, at +-1e4 too.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["focal", "flsd53", "inverse_focal", "dual_focal"])
+def test_losses_on_each_device_match_the_float64_formula(device, dtype, name):
+    z64, t = rand_batch(128, 10, seed=7, scale=3.0)
+    z64[0, 0], z64[1, 4] = 1e4, -1e4
+    t[3] = -100
+    fn = L.make_loss(name)
+    ref_z = z64.to(dtype).double().clone().requires_grad_()  # the formula on the input as rounded to dtype
+    ref = fn(ref_z, t)
+    ref.backward()
+    x = z64.to(device=device, dtype=dtype).clone().requires_grad_()
+    out = fn(x, t.to(device))
+    out.backward()
+    # half-precision logits are computed in float32 and give a float32 loss (as F.cross_entropy
+    # under autocast); their gradient is rounded to their dtype (2^-11 relative in half precision,
+    # 2^-8 in bfloat16)
+    assert out.device.type == device and x.grad.dtype == dtype
+    assert out.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-10}[dtype]
+    assert float(out.detach()) == pytest.approx(float(ref.detach()), rel=tol)
+    grad = x.grad.double().cpu()
+    assert torch.isfinite(grad).all()
+    assert torch.allclose(grad, ref_z.grad, rtol=tol, atol=tol / 128)

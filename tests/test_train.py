@@ -49,6 +49,15 @@ def _strip_time(history):
 SGD = dict(optimizer="sgd", lr=0.2, momentum=0.9, weight_decay=5e-4, milestones=[1], progress=False)
 
 
+@pytest.fixture(autouse=True)
+def on_the_cpu(monkeypatch):
+    """The trainer's ``device="auto"`` is the CPU in these tests, on a GPU machine too: they compare
+    runs bit for bit and against float64 references, which CUDA's non-deterministic kernels and
+    bfloat16 autocast do not reproduce. The CUDA path is checked by ``bench/on_a_gpu.sh``."""
+    real = T.select_device
+    monkeypatch.setattr(T, "select_device", lambda device="auto": real("cpu" if device == "auto" else device))
+
+
 # ------------------------------------------------------------------------------------- device ---
 
 def test_select_device_auto():
