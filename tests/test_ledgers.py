@@ -52,7 +52,7 @@ def read_page(path: Path) -> nbformat.NotebookNode:
 def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
     """Execute a MyST page in its folder; raises ``CellExecutionError`` naming the failing cell."""
     nb = read_page(path)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     return nb

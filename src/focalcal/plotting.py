@@ -22,6 +22,7 @@ except ModuleNotFoundError as err:  # the library alone does not install matplot
                               'install: pip install "focalcal[plot]"', name="matplotlib") from err
 
 from ._validation import ArrayLike
+from .losses import DISPLAY_NAMES
 from .metrics import reliability_data
 
 # Okabe-Ito (colour-blind safe) first, then Tol's muted palette for the rarer methods.
@@ -54,12 +55,13 @@ METHOD_COLORS: dict[str, str] = {
     "true posterior": "#000000",
 }
 
+#: other keys :func:`color` accepts: every loss's registry name (by
+#: :data:`focalcal.losses.DISPLAY_NAMES`, the one table of display names), a few spellings of them,
+#: and the calibrators' short names
 ALIASES = {
-    "ce": "cross-entropy", "cross_entropy": "cross-entropy", "nll": "cross-entropy",
-    "flsd53": "FLSD-53", "flsd_53": "FLSD-53", "flsd532": "FLSD-532", "flsd_532": "FLSD-532",
-    "dual_focal": "dual focal", "inverse_focal": "inverse focal", "adafocal": "AdaFocal",
-    "brier": "Brier", "label_smoothing": "label smoothing", "mmce": "MMCE", "kde_xe": "KDE-XE",
-    "aurc": "AURC", "ts": "TS", "focal_ts": "focal TS", "fts": "focal TS", "psi": "Psi",
+    **{key: name for key, name in DISPLAY_NAMES.items() if key != name},
+    "cross_entropy": "cross-entropy", "nll": "cross-entropy", "flsd_53": "FLSD-53", "flsd_532": "FLSD-532",
+    "ts": "TS", "focal_ts": "focal TS", "fts": "focal TS", "psi": "Psi",
 }
 
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))

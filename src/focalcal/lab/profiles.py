@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..losses import DISPLAY_NAMES
 from .spec import Block, Loss, Profile, loss
 
 __all__ = [
@@ -35,30 +36,20 @@ __all__ = [
 
 # The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
 TABLE1_LOSSES = (
-    loss("ce", label="cross-entropy"),
+    loss("ce", label=DISPLAY_NAMES["ce"]),
     loss("focal", gamma=1.0, label="focal (gamma=1)"),
     loss("focal", gamma=3.0, label="focal (gamma=3)"),
     loss("focal", gamma=5.0, label="focal (gamma=5)"),
-    loss("flsd53", label="FLSD-53"),
-    loss("dual_focal", label="dual focal"),
+    loss("flsd53", label=DISPLAY_NAMES["flsd53"]),
+    loss("dual_focal", label=DISPLAY_NAMES["dual_focal"]),
 )
-
-# Display labels of the losses that have a book colour (focalcal.plotting.METHOD_COLORS).
-_LABELS = {
-    "flsd532": "FLSD-532", "sample_dependent_focal": "sample-dependent focal",
-    "flsc531": "FLSc-531", "flsc532": "FLSc-532", "dual_focal_released": "dual focal (released)",
-    "inverse_focal": "inverse focal", "adafocal": "AdaFocal", "brier": "Brier",
-    "label_smoothing": "label smoothing", "mmce": "MMCE", "kde_xe": "KDE-XE", "aurc": "AURC",
-    "selective_risk": "selective-risk", "hessian_trace": "Hessian trace",
-}
-
 
 def _every_loss() -> tuple[Loss, ...]:
     # built from the registry, so that a loss added to focalcal.losses is smoke-tested at once
     from ..losses import LOSSES
 
     covered = {lo.name for lo in TABLE1_LOSSES}
-    extra = tuple(loss(name, label=_LABELS.get(name, name)) for name in LOSSES if name not in covered)
+    extra = tuple(loss(name, label=DISPLAY_NAMES[name]) for name in LOSSES if name not in covered)
     return TABLE1_LOSSES[:2] + extra + TABLE1_LOSSES[4:]
 
 
@@ -103,7 +94,7 @@ MUKHOTI_BASELINES = (loss("brier", label="Brier"),
                      loss("label_smoothing", alpha=0.05, label="label smoothing (0.05)"),
                      loss("flsc531", milestones=[5, 13], label="FLSc-531"),
                      loss("flsd532", label="FLSD-532"))
-ZHOU_LOSSES = (loss("inverse_focal", label="inverse focal"), loss("kde_xe", label="KDE-XE"),
+ZHOU_LOSSES = (loss("inverse_focal", label=DISPLAY_NAMES["inverse_focal"]), loss("kde_xe", label=DISPLAY_NAMES["kde_xe"]),
                loss("aurc", label="AURC"))
 KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adafocal", label="AdaFocal"))
 # MMCE (lambda = 2) and the selective-risk loss stalled near chance at this learning rate without

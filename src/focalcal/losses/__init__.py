@@ -114,11 +114,12 @@ from .modules import (
     ScheduledFocalLoss,
     SelectiveRiskLoss,
 )
-from .registry import LOSSES, make_loss
+from .registry import DISPLAY_NAMES, LOSSES, make_loss
 from .regularised import brier_loss, kde_xe_loss, label_smoothing_loss, mmce_loss
 from .selective import aurc_loss, selective_risk_loss, selective_risk_weights
 
 __all__ = [
+    "DISPLAY_NAMES",
     "FLSD53",
     "FLSD532",
     "LOSSES",

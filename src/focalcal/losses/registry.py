@@ -1,4 +1,5 @@
-"""The registry of losses by name: :data:`LOSSES` and :func:`make_loss` (the sweep and the lab use it)."""
+"""The registry of losses by name: :data:`LOSSES`, :func:`make_loss` (the sweep and the lab use
+them) and :data:`DISPLAY_NAMES`, the one table of how a loss is named in tables, legends and the book."""
 
 from __future__ import annotations
 
@@ -67,6 +68,29 @@ LOSSES: dict[str, Callable[..., nn.Module]] = {
     "hessian_trace": _preset(HessianTracePenalty),
 }
 
+
+#: name -> how the loss is written in tables, legends and the book (``focalcal.plotting`` colours a
+#: method by this name; the lab labels its runs with it)
+DISPLAY_NAMES: dict[str, str] = {
+    "ce": "cross-entropy",
+    "focal": "focal",
+    "flsd53": "FLSD-53",
+    "flsd532": "FLSD-532",
+    "sample_dependent_focal": "sample-dependent focal",
+    "flsc531": "FLSc-531",
+    "flsc532": "FLSc-532",
+    "dual_focal": "dual focal",
+    "dual_focal_released": "dual focal (released)",
+    "inverse_focal": "inverse focal",
+    "adafocal": "AdaFocal",
+    "brier": "Brier",
+    "label_smoothing": "label smoothing",
+    "mmce": "MMCE",
+    "kde_xe": "KDE-XE",
+    "aurc": "AURC",
+    "selective_risk": "selective-risk",
+    "hessian_trace": "Hessian trace",
+}
 
 def make_loss(name: str, **params: Any) -> nn.Module:
     """Build the loss registered as ``name`` in :data:`LOSSES` with keyword ``params``.

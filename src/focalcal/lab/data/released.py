@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..._validation import check_choice
+from ...losses import DISPLAY_NAMES
 from ..models import MODEL_TITLES
 from .published import (_LOGITS_COMMIT, LOGITS_ROOT_ENV, PUBLISHED_SHA256, ZHOU_FOLDER,
                         DataUnavailableError, _download, _sha256, cache_dir)
@@ -156,12 +157,14 @@ def _mukhoti(folder: str) -> ReleasedNetwork:
                                   _MUKHOTI_URL.format(upstream=upstream, file=f"{s}_{kind}.npy"),
                                   sha[f"{s}_{kind}"]) for kind in ("logits", "labels"))
 
-    return ReleasedNetwork(folder, dataset, _NETWORKS[arch], "Brier" if loss == "brier" else "FLSD-53",
+    return ReleasedNetwork(folder, dataset, _NETWORKS[arch],
+                           DISPLAY_NAMES["brier" if loss == "brier" else "flsd53"],
                            "mukhoti2020", {"val": split("val"), "test": split("test")})
 
 
-_ZHOU_LOSSES = {"ce": "cross-entropy", "focal": "FLSD-53", "dual_focal": "dual focal",
-                "ece_kde": "KDE-XE", "aurc": "AURC"}
+# their runs' keys -> the loss's display name (their "focal" run is FLSD-53, "ece_kde" is KDE-XE)
+_ZHOU_LOSSES = {key: DISPLAY_NAMES[loss] for key, loss in (("ce", "ce"), ("focal", "flsd53"),
+                ("dual_focal", "dual_focal"), ("ece_kde", "kde_xe"), ("aurc", "aurc"))}
 
 
 def _zhou(key: str) -> ReleasedNetwork:
