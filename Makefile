@@ -78,10 +78,10 @@ system-deps:
 	  else echo "warning: cannot install$$need without root"; fi; \
 	fi
 
-# Two test processes (pytest-xdist): one runs the chapters, sweeps and book build (one group, see
-# tests/conftest.py), the other the unit tests. TEST_JOBS=0 runs everything in this process.
+# Two test processes (pytest-xdist): one runs the files that execute chapters, sweeps and the book
+# build (tests/conftest.py, HEAVY_FILES), the other the rest. TEST_JOBS=0: everything in one process.
 TEST_JOBS ?= 2
-PYTEST := $(BIN)/python -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+PYTEST := $(BIN)/python -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS))
 
 # pytest exits 5 when it collected no test: that is a failure here, never a pass
 test: install lint-imports

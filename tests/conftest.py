@@ -62,18 +62,38 @@ def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
     return source_digest(files, base)
 
 
-# The tests run in two processes under `make test` (pytest-xdist, ``--dist loadgroup``): a file's
-# tests stay together in one process, and every test that executes chapters, sweeps or builds the
-# book (its marks, or a fixture below) shares one group, so that each such session fixture is made
-# once, in one process, while the other process runs the unit tests.
+# `make test` runs the tests in two processes (pytest-xdist): one takes every file with a test that
+# executes chapters, sweeps or builds the book (HEAVY_FILES), in order, so that each session
+# fixture of HEAVY_FIXTURES is made once; the other takes the remaining files, a file at a time.
+# (xdist's own --dist loadgroup does not group on pytest 9: it renames nodes through an attribute
+# pytest no longer reads.) Collection checks that no heavy test sits outside HEAVY_FILES.
 HEAVY_FIXTURES = {"smoke_runs", "gpu_shrunk_runs", "chapters", "built_book", "rendered", "gpu_book"}
+HEAVY_FILES = frozenset({"test_book.py", "test_lab.py", "test_ledgers.py", "test_notebooks.py",
+                         "test_packaging.py", "test_profiles.py", "test_released.py", "test_slurm.py",
+                         "test_sweep.py", "test_user_paths.py"})
+
+
+def _heavy(item: pytest.Item) -> bool:
+    return bool(item.get_closest_marker("book") or item.get_closest_marker("notebooks")
+                or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        heavy = item.get_closest_marker("book") or item.get_closest_marker("notebooks") \
-            or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))
-        item.add_marker(pytest.mark.xdist_group("heavy" if heavy else item.path.name))
+    outside = sorted({item.path.name for item in items if _heavy(item) and item.path.name not in HEAVY_FILES})
+    if outside:
+        raise pytest.UsageError(f"tests/conftest.py: HEAVY_FILES must list {', '.join(outside)}, whose tests "
+                                "execute chapters, sweeps or the book build")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HeavyFilesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "heavy" if path.rsplit("/", 1)[-1] in HEAVY_FILES else path
+
+    return HeavyFilesTogether(config, log)
 
 
 def chapter_cache() -> Path:
