@@ -63,28 +63,23 @@ def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
 
 
 # `make test` runs the tests in two processes (pytest-xdist): one takes every file with a test that
-# executes chapters, sweeps or builds the book (HEAVY_FILES), in order, so that each session
-# fixture of HEAVY_FIXTURES is made once; the other takes the remaining files, a file at a time.
-# (xdist's own --dist loadgroup does not group on pytest 9: it renames nodes through an attribute
-# pytest no longer reads.) Collection checks that no heavy test sits outside HEAVY_FILES.
+# uses a session fixture of HEAVY_FIXTURES (the smoke sweeps, the executed chapters, the book build:
+# HEAVY_FILES), in order, so that each is made once; the other takes the remaining files, a file at
+# a time. (xdist's own --dist loadgroup does not group on pytest 9: it renames nodes through an
+# attribute pytest no longer reads.) Collection checks that no such test sits outside HEAVY_FILES.
 HEAVY_FIXTURES = {"smoke_runs", "gpu_shrunk_runs", "chapters", "built_book", "rendered", "gpu_book"}
-HEAVY_FILES = frozenset({"test_book.py", "test_lab.py", "test_ledgers.py", "test_notebooks.py",
-                         "test_packaging.py", "test_profiles.py", "test_released.py", "test_slurm.py",
-                         "test_sweep.py", "test_user_paths.py"})
-
-
-def _heavy(item: pytest.Item) -> bool:
-    return bool(item.get_closest_marker("book") or item.get_closest_marker("notebooks")
-                or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())))
+HEAVY_FILES = frozenset({"test_book.py", "test_ledgers.py", "test_profiles.py", "test_slurm.py", "test_sweep.py"})
 
 
 def pytest_collection_modifyitems(config, items):
-    outside = sorted({item.path.name for item in items if _heavy(item) and item.path.name not in HEAVY_FILES})
+    outside = sorted({item.path.name for item in items
+                      if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())) and item.path.name not in HEAVY_FILES})
     if outside:
-        raise pytest.UsageError(f"tests/conftest.py: HEAVY_FILES must list {', '.join(outside)}, whose tests "
-                                "execute chapters, sweeps or the book build")
+        raise pytest.UsageError(f"tests/conftest.py: HEAVY_FILES must list {', '.join(outside)}, whose tests use "
+                                f"a session fixture of {sorted(HEAVY_FIXTURES)}")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which the oldest-torch check runs without
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 

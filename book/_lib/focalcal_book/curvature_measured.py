@@ -1,11 +1,12 @@
 """Kimura & Naganuma (2024) measured: ``book/experiments/curvature_measured.md``.
 
-The sweep's curvature runs (focal loss by ``gamma`` and cross-entropy plus the trace penalty by
-``tau``) as one table (:func:`curvature_table`), their figures (:func:`plot_fig2`,
-:func:`plot_fig3`, :func:`plot_fig4`) and the numbers behind the page's verdicts:
-:func:`trend_row` (a quantity falling at every step, :func:`focalcal_book.verdicts.falling_steps`),
-:func:`ece_minimum` (the least ECE at an inner ``gamma``) and :func:`rank_correlations` (Tr(H)
-against ECE within each seed). :data:`RULES` states each claim's test.
+The sweep's runs with a measured Hessian (focal loss by ``gamma``, cross-entropy plus the trace
+penalty by ``tau``, on each network) as one table (:func:`curvature_table`), their figures
+(:func:`plot_fig2`, :func:`plot_fig3`, :func:`plot_fig4`, :func:`plot_architectures`) and the
+numbers behind the page's verdicts: :func:`trend_row` (a quantity falling at every step,
+:func:`focalcal_book.verdicts.falling_steps`), :func:`ece_minimum` (the least ECE at an inner
+``gamma``), :func:`rank_correlations` (Tr(H) against ECE within each seed) and
+:func:`architecture_rows` (both per network). :data:`RULES` states each claim's test.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import pandas as pd
 from scipy import stats
 
 from focalcal.lab import runfolder
+from focalcal.lab.models import MODEL_TITLES
 from focalcal.plotting import FIGURE_WIDTH_IN, color, gamma_colors
 from focalcal_book.verdicts import (DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, NOT_RUN, combine, compare_ranges, every_step,
-                                    falling_steps, seed_summary)
+                                    falling_steps, gate, seed_summary, untrained)
 
-__all__ = ["RULES", "TREND_COLUMNS", "curvature_table", "spread", "trend_row", "ece_minimum", "rank_correlations",
-           "plot_fig2", "plot_fig3", "plot_fig4"]
+__all__ = ["ARCHITECTURE_COLUMNS", "RULES", "TREND_COLUMNS", "curvature_table", "spread", "trend_row", "ece_minimum",
+           "rank_correlations", "gamma_sweeps", "architecture_rows", "cubic_fit", "plot_fig2", "plot_fig3", "plot_fig4",
+           "plot_architectures"]
 
 #: the rule each of the page's claims is tested by (Markdown, shown beside its verdict)
 RULES: dict[str, str] = {
@@ -45,14 +48,16 @@ def curvature_table(out: str | Path, results) -> pd.DataFrame:
     """One row per uncalibrated run of ``results`` with a measured Hessian (``curvature.json``):
     ``run``, ``loss``, ``seed``, ``gamma``, ``tau`` (the trace penalty's, 0 for focal loss),
     ``ece``, ``accuracy``, the measurement's ``n_samples``, ``n_iter``, ``n_probes`` and, for the
-    training loss and the cross-entropy, ``<loss|cross_entropy>_<lambda_max|trace|trace_se>``."""
+    training loss and the cross-entropy, ``<loss|cross_entropy>_<lambda_max|trace|trace_se>``, and
+    the ``model`` trained."""
     rows = []
     for rec in results[results["method"] == "uncalibrated"].to_dict("records"):
         cur = runfolder.read_curvature(runfolder.run_path(out, rec["run"]))
         if cur is None:
             continue
         tau = rec.get("param_lamda") if rec["loss"] == "hessian_trace" else 0.0
-        rows.append({"run": rec["run"], "loss": rec["loss"], "seed": int(rec["seed"]), "gamma": cur["gamma"],
+        rows.append({"run": rec["run"], "model": rec["model"], "loss": rec["loss"], "seed": int(rec["seed"]),
+                     "gamma": cur["gamma"],
                      "tau": float(tau), "ece": rec["ece_width"], "accuracy": rec["accuracy"],
                      "n_samples": cur["n_samples"], "n_iter": cur["n_iter"], "n_probes": cur["n_probes"],
                      **{f"{k}_{m}": cur[k][m] for k in ("loss", "cross_entropy")
@@ -114,6 +119,55 @@ def rank_correlations(focal: pd.DataFrame) -> pd.DataFrame:
         sign = ("positive" if lo > 0 else "negative" if hi < 0 else NOT_RESOLVED) if len(rhos) >= 2 else NOT_RESOLVED
         rows.append({"curvature": name, "seeds": len(rhos), "low": lo, "high": hi, "sign": sign})
     return pd.DataFrame(rows)
+
+
+#: the headers of a table of :func:`architecture_rows`
+ARCHITECTURE_COLUMNS = {"network": "network", "gammas": "$\\gamma$ trained", "seeds": "seeds",
+                        "accuracy": "test accuracy (mean)", "lambda_falls": "$\\lambda_{\\max}$ falls at every step",
+                        "best_gamma": "least mean ECE at $\\gamma$", "ece_minimum": "least ECE at an inner $\\gamma$",
+                        "trace_at_best": "$\\mathrm{Tr}(H)$ there (mean)"}
+
+
+def gamma_sweeps(curv: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The runs of :func:`curvature_table` trained with cross-entropy or focal loss, one
+    ``gamma`` sweep per network (``model``, in the order they appear; cross-entropy is
+    ``gamma = 0``), each sorted by ``gamma`` and seed."""
+    sweep = curv[curv["loss"].isin(["ce", "focal"])]
+    return {m: sweep[sweep["model"] == m].sort_values(["gamma", "seed"]) for m in dict.fromkeys(sweep["model"])}
+
+
+def architecture_rows(sweeps: dict[str, pd.DataFrame], n_classes: int) -> list[dict[str, Any]]:
+    """Fig. 2's two claims on each network's sweep (:func:`gamma_sweeps`): ``lambda_falls`` (the
+    training loss's lambda_max falls at every ``gamma`` step, :func:`trend_row`), ``ece_minimum``
+    (:func:`ece_minimum`) with ``best_gamma``, and ``trace_at_best`` (the training loss's mean
+    Tr(H) at ``best_gamma``), beside ``network`` (its title), ``gammas``, ``seeds`` (the most at
+    one ``gamma``) and the mean test ``accuracy``. A network with a ``gamma`` whose runs did not
+    train (:func:`focalcal_book.verdicts.untrained`, the ``gamma`` values as the losses) gets
+    :data:`~focalcal_book.verdicts.NOT_TRAINED` for both claims; they are listed in ``untrained``."""
+    rows = []
+    for model, f in sweeps.items():
+        by_gamma = {f"{g:g}": v.to_numpy() for g, v in f.groupby("gamma")["accuracy"]}
+        failed = untrained(by_gamma, n_classes)
+        _, best = ece_minimum(f)
+        rows.append({"model": model, "network": MODEL_TITLES.get(model, model),
+                     "gammas": ", ".join(by_gamma), "seeds": int(f.groupby("gamma")["seed"].nunique().max()),
+                     "accuracy": float(f["accuracy"].mean()), "untrained": failed,
+                     "lambda_falls": gate(list(by_gamma), failed, lambda: trend_row(
+                         f, "gamma", "loss_lambda_max", "")["verdict"]),
+                     "best_gamma": best, "ece_minimum": gate(list(by_gamma), failed, lambda: ece_minimum(f)[0]),
+                     "trace_at_best": float(f.loc[f["gamma"] == best, "loss_trace"].mean())})
+    return rows
+
+
+def cubic_fit(trace: np.ndarray, ece: np.ndarray, points: int = 50) -> tuple[np.ndarray, np.ndarray] | None:
+    """Their Fig. 3's curve: the least-squares cubic of log ECE in log Tr(H), evaluated at
+    ``points`` traces spanning the data; ``None`` with fewer than five runs or four distinct
+    traces (a cubic through so few points says nothing)."""
+    x, y = np.log10(np.asarray(trace, float)), np.log10(np.asarray(ece, float))
+    if len(x) < 5 or len(np.unique(x)) < 4 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return None
+    grid = np.linspace(x.min(), x.max(), points)
+    return 10 ** grid, 10 ** np.polyval(np.polyfit(x, y, 3), grid)
 
 
 def _seed_dots(ax, frame: pd.DataFrame, by: str, column: str, colour: str, style: str = "-", label=None) -> None:
@@ -183,5 +237,38 @@ def plot_fig4(tau_runs: pd.DataFrame):
         ax.set_xlabel(r"$\tau$ (0 drawn at the left)")
         ax.set_ylabel(label)
     axes[0].set_yscale("log")
+    fig.tight_layout()
+    return fig
+
+
+def plot_architectures(sweeps: dict[str, pd.DataFrame]):
+    """Their Fig. 3 for every network: test ECE against Tr(H) of the training loss, log-log, one
+    dot per run coloured by ``gamma`` (one scale for all panels), and the cubic fit
+    (:func:`cubic_fit`) where there are enough runs."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    gammas = sorted({g for f in sweeps.values() for g in f["gamma"].unique()})
+    palette = dict(zip(gammas, gamma_colors(gammas)))
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(FIGURE_WIDTH_IN * 0.9, 3.0), squeeze=False)
+    for ax, (model, f) in zip(axes[0], sweeps.items()):
+        for g in sorted(f["gamma"].unique()):
+            sel = f[f["gamma"] == g]
+            ax.scatter(sel["loss_trace"], sel["ece"], color=palette[g], s=18, label=f"{g:g}")
+        fit = cubic_fit(f["loss_trace"].to_numpy(), f["ece"].to_numpy())
+        if fit is not None:
+            ax.plot(*fit, color="0.4", lw=1, label="cubic fit")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # ticks at 1, 2 and 5 times a power of ten, in plain numbers
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_title(MODEL_TITLES.get(model, model))
+        ax.set_xlabel(r"$\mathrm{Tr}(H_{val})$ of the training loss")
+    axes[0][0].set_ylabel("test ECE")
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    fig.legend(list(handles.values()), list(handles), title=r"$\gamma$", loc="center left",
+               bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return fig

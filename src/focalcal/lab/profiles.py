@@ -24,7 +24,7 @@ __all__ = [
     "ALL_LOSSES", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
     "CPU_FMNIST_DUAL_TRAIN", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
     "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CSF_LOSSES", "CURVATURE_GAMMAS",
-    "CURVATURE_MLP", "CURVATURE_TAUS", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
+    "CURVATURE_MLP", "CURVATURE_TAUS", "NETWORK_CURVATURE", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
     "GPU_CURVATURE_MLP", "GPU_CURVATURE_TRAIN", "GPU_FIG1_TRAIN", "GPU_FLSC531",
     "GPU_LENGTH_TRAIN", "GPU_MODELS", "GPU_OTHER_LOSSES", "GPU_PSI_SMALL_DATA_TRAIN",
     "GPU_PSI_TRAIN", "GPU_TRAIN", "KK_EXTRA_LOSSES", "LABEL_SMOOTHING_01", "LENGTH_LOSSES", "MUKHOTI_BASELINES", "PAPER_FLSC531", "PAPER_MODELS", "PAPER_OTHER_LOSSES", "PAPER_SEEDS",
@@ -83,6 +83,10 @@ CPU_FMNIST_DUAL_TRAIN = {**CPU_FMNIST_TRAIN, "clip_grad_norm": 2.0}
 # against focal loss with gamma = 1, 2, 3): these four losses also save the training split's logits
 # after epochs 2, 6, 12 and 18 (the learning rate drops after epochs 8 and 13).
 CPU_FMNIST_FIG1_TRAIN = {**CPU_FMNIST_TRAIN, "logits_epochs": [2, 6, 12, 18], "train_logits": True}
+# Kimura & Naganuma's Figs. 2-3 compare architectures: the comparison's networks trained with CE and
+# focal loss also measure the curvature of their training loss when they finish (a CNN's
+# Hessian-vector product costs far more than the MLP's, hence fewer images, steps and probes)
+NETWORK_CURVATURE = {"curvature_samples": 250, "curvature_iters": 10, "curvature_probes": 5}
 
 # The rest of the papers' comparisons on the same network and schedule (Mukhoti et al. Tables 1-2:
 # Brier, MMCE, label smoothing 0.05, FL-2, FLSc-531, FLSD-532; Zhou et al. Table 1: inverse focal,
@@ -255,7 +259,7 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
     clipped_main = tuple(lo for lo in CLIPPED_LOSSES if lo.name == "dual_focal")
     clipped_other = tuple(lo for lo in CLIPPED_LOSSES if lo.name != "dual_focal")
     return [
-        Block(CIFAR, models, FIG3_LOSSES, seeds, train=fig1),
+        Block(CIFAR, models, FIG3_LOSSES, seeds, train={**fig1, **NETWORK_CURVATURE}),
         Block(CIFAR, models, (TABLE1_LOSSES[3], TABLE1_LOSSES[4]), seeds, train=train),
         Block(CIFAR, models, clipped_main, seeds, train=clipped),
         Block(["cifar10"], ["resnet50"], other_losses, seeds, train=train),
@@ -317,7 +321,8 @@ PROFILES: dict[str, Profile] = {
         # each experiment chapter has the two losses it compares), every other loss on the
         # Gaussian mixture
         [Block(["fashion_mnist"], ["cnn"], SMOKE_PAIR, [0], posthoc=SMOKE_POSTHOC,
-               train={**SMOKE_TRAIN, "logits_epochs": [1], "train_logits": True, "record_subset": 128}),
+               train={**SMOKE_TRAIN, "logits_epochs": [1], "train_logits": True, "record_subset": 128,
+                      **{k: v for k, v in SMOKE_CURVATURE_TRAIN.items() if k.startswith("curvature")}}),
          Block(["charoenphakdee_1d"], ["mlp"], SMOKE_PAIR, [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC,
                role="synthetic"),
          Block(["gaussian_mixture"], ["mlp"],
@@ -334,9 +339,10 @@ PROFILES: dict[str, Profile] = {
                role="ablation")]),
     "cpu": Profile(
         "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
-        [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train=CPU_FMNIST_FIG1_TRAIN),
-         Block(["fashion_mnist"], ["cnn"],
-               (TABLE1_LOSSES[3], TABLE1_LOSSES[4]) + MUKHOTI_BASELINES + ZHOU_LOSSES + KK_EXTRA_LOSSES,
+        [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train={**CPU_FMNIST_FIG1_TRAIN, **NETWORK_CURVATURE}),
+         Block(["fashion_mnist"], ["cnn"], (TABLE1_LOSSES[3], KK_EXTRA_LOSSES[0]), [0, 1, 2],
+               train={**CPU_FMNIST_TRAIN, **NETWORK_CURVATURE}),
+         Block(["fashion_mnist"], ["cnn"], (TABLE1_LOSSES[4],) + MUKHOTI_BASELINES + ZHOU_LOSSES + KK_EXTRA_LOSSES[1:],
                [0, 1, 2], train=CPU_FMNIST_TRAIN),
          Block(["fashion_mnist"], ["cnn"], CLIPPED_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
          Block(["fashion_mnist"], ["cnn"], SELECTIVE_VARIANT_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN),
