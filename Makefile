@@ -78,19 +78,21 @@ system-deps:
 	  else echo "warning: cannot install$$need without root"; fi; \
 	fi
 
-# Two test processes (pytest-xdist): one runs the files that execute chapters, sweeps and the book
-# build (tests/conftest.py, HEAVY_FILES), the other the rest. TEST_JOBS=0: everything in one process.
+# make test runs in one process: on 2 cores its sweeps, kernels and book build already keep both
+# busy, and two test processes made it slower (30:02 of pytest against 27 min, fresh clones). make
+# test-fast runs its unit tests in TEST_JOBS processes (pytest-xdist; tests/conftest.py keeps the
+# files that share session fixtures in one of them).
 TEST_JOBS ?= 2
-PYTEST := $(BIN)/python -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS))
 
 # pytest exits 5 when it collected no test: that is a failure here, never a pass
 test: install lint-imports
-	@rc=0; $(PYTEST) || rc=$$?; \
+	@rc=0; $(BIN)/python -m pytest || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# unit tests only: skips the chapters, the book build and the sweeps (for development, not CI)
+# unit tests only: skips the chapters, the book build, the sweeps and the packaging checks (for
+# development, not CI)
 test-fast: install lint-imports
-	$(PYTEST) -m "not book and not notebooks"
+	$(BIN)/python -m pytest -n $(TEST_JOBS) -m "not book and not notebooks and not packaging"
 
 # the architecture contracts of pyproject.toml ([tool.importlinter])
 lint-imports: install

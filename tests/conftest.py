@@ -62,10 +62,10 @@ def code_key(base: Path = ROOT / "src" / "focalcal") -> str:
     return source_digest(files, base)
 
 
-# `make test` runs the tests in two processes (pytest-xdist): one takes every file with a test that
-# uses a session fixture of HEAVY_FIXTURES (the smoke sweeps, the executed chapters, the book build:
-# HEAVY_FILES), in order, so that each is made once; the other takes the remaining files, a file at
-# a time. (xdist's own --dist loadgroup does not group on pytest 9: it renames nodes through an
+# `make test-fast` (and any `pytest -n 2`) runs the tests in two processes (pytest-xdist): one takes
+# every file with a test that uses a session fixture of HEAVY_FIXTURES (the smoke sweeps, the
+# executed chapters, the book build: HEAVY_FILES), in order, so that each is made once; the other
+# takes the remaining files, a file at a time. (xdist's own --dist loadgroup does not group on pytest 9: it renames nodes through an
 # attribute pytest no longer reads.) Collection checks that no such test sits outside HEAVY_FILES.
 HEAVY_FIXTURES = {"smoke_runs", "gpu_shrunk_runs", "chapters", "built_book", "rendered", "gpu_book"}
 HEAVY_FILES = frozenset({"test_book.py", "test_ledgers.py", "test_profiles.py", "test_slurm.py", "test_sweep.py"})

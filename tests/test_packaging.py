@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+# every test here builds the wheel or installs into fresh virtual environments: not a unit test
+pytestmark = pytest.mark.packaging
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build" / "test" / "packaging"
 

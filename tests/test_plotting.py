@@ -70,3 +70,16 @@ def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
                                                   r'pip install "focalcal\[plot\]"') as err:
         importlib.import_module("focalcal.plotting")
     assert err.value.name == "matplotlib"
+
+
+def test_the_colours_the_lab_and_the_released_networks_read_the_librarys_display_names():
+    from focalcal.lab.data.released import RELEASED
+    from focalcal.lab.profiles import ALL_LOSSES
+    from focalcal.losses import DISPLAY_NAMES
+
+    assert all(plotting.ALIASES.get(key, key) == name for key, name in DISPLAY_NAMES.items())
+    colored = {n for n in plotting.METHOD_COLORS if n in DISPLAY_NAMES.values()}
+    assert {"cross-entropy", "focal", "FLSD-53", "dual focal", "inverse focal", "Brier"} <= colored
+    assert plotting.color("selective_risk") == plotting.color("selective-risk")
+    assert {lo.display for lo in ALL_LOSSES if not lo.params} <= set(DISPLAY_NAMES.values())
+    assert {net.loss for net in RELEASED.values()} <= set(DISPLAY_NAMES.values())
