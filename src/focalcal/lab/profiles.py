@@ -94,13 +94,13 @@ NETWORK_CURVATURE = {"curvature_samples": 250, "curvature_iters": 10, "curvature
 # FLSc-531's gamma steps (5 -> 3 -> 1 after 100 and 250 of 350 epochs) are rescaled to 18 epochs.
 FIG3_LOSSES = (TABLE1_LOSSES[0], TABLE1_LOSSES[1], loss("focal", gamma=2.0, label="focal (gamma=2)"),
                TABLE1_LOSSES[2])
-MUKHOTI_BASELINES = (loss("brier", label="Brier"),
+MUKHOTI_BASELINES = (loss("brier", label=DISPLAY_NAMES["brier"]),
                      loss("label_smoothing", alpha=0.05, label="label smoothing (0.05)"),
-                     loss("flsc531", milestones=[5, 13], label="FLSc-531"),
-                     loss("flsd532", label="FLSD-532"))
+                     loss("flsc531", milestones=[5, 13], label=DISPLAY_NAMES["flsc531"]),
+                     loss("flsd532", label=DISPLAY_NAMES["flsd532"]))
 ZHOU_LOSSES = (loss("inverse_focal", label=DISPLAY_NAMES["inverse_focal"]), loss("kde_xe", label=DISPLAY_NAMES["kde_xe"]),
-               loss("aurc", label="AURC"))
-KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adafocal", label="AdaFocal"))
+               loss("aurc", label=DISPLAY_NAMES["aurc"]))
+KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adafocal", label=DISPLAY_NAMES["adafocal"]))
 # MMCE (lambda = 2) and the selective-risk loss stalled near chance at this learning rate without
 # clipping in a 4-epoch pilot (validation accuracy 0.11 and 0.18); like dual focal loss they train
 # with the gradient norm clipped at 2. Clipping does not make the selective-risk loss as printed
@@ -108,7 +108,7 @@ KK_EXTRA_LOSSES = (loss("focal", gamma=7.0, label="focal (gamma=7)"), loss("adaf
 # test accuracy), and an investigation found the same with learning rates 0.01-0.1, batches of
 # 128, the margin score and a CE warm start. The cause is the loss itself: below tau its weight's
 # gradient rewards lowering a sample's confidence (focalcal.losses.selective_risk_loss).
-CLIPPED_LOSSES = (TABLE1_LOSSES[5], loss("mmce", label="MMCE"), loss("selective_risk", label="selective-risk"))
+CLIPPED_LOSSES = (TABLE1_LOSSES[5], loss("mmce", label=DISPLAY_NAMES["mmce"]), loss("selective_risk", label=DISPLAY_NAMES["selective_risk"]))
 # Zhou et al.'s selective-risk loss as their code computes it (confidence on softmax(softmax(z)),
 # histogram over an epoch, nu = 0.05) and the printed loss with its weights detached, trained like
 # the printed one (same seeds, same clipping) so that each variant gets its own verdict.
@@ -229,7 +229,7 @@ GPU_CLIPPED_TRAIN = {**GPU_TRAIN, "clip_grad_norm": 2.0}
 GPU_MODELS = ("resnet50", "wide_resnet26_10")
 CIFAR = ("cifar10", "cifar100")
 # FLSc-531's gamma steps (after 100 and 250 of 350 epochs) at 60 epochs
-GPU_FLSC531 = loss("flsc531", milestones=[17, 43], label="FLSc-531")
+GPU_FLSC531 = loss("flsc531", milestones=[17, 43], label=DISPLAY_NAMES["flsc531"])
 #: the Fashion-MNIST comparison's losses other than the main seven (Mukhoti's baselines, Zhou's
 #: losses, K&K's FL-7 and AdaFocal), for CIFAR-10 ResNet-50 only
 GPU_OTHER_LOSSES = ((MUKHOTI_BASELINES[0], MUKHOTI_BASELINES[1], GPU_FLSC531, MUKHOTI_BASELINES[3])
@@ -286,7 +286,7 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
 # blocks with 5 seeds. For a SLURM cluster (one GPU and 8 cores per run; --executor slurm). Its
 # estimated cost (about 1 400 GPU-hours): README, "What the profiles cost".
 PAPER_TRAIN = {**GPU_TRAIN, "epochs": 350}
-PAPER_FLSC531 = loss("flsc531", milestones=[100, 250], label="FLSc-531")
+PAPER_FLSC531 = loss("flsc531", milestones=[100, 250], label=DISPLAY_NAMES["flsc531"])
 PAPER_OTHER_LOSSES = tuple(PAPER_FLSC531 if lo.name == "flsc531" else lo for lo in GPU_OTHER_LOSSES)
 PAPER_MODELS = ("resnet50", "resnet110", "wide_resnet26_10", "densenet121")
 PAPER_SEEDS = (0, 1, 2, 3, 4)
@@ -302,7 +302,7 @@ def _paper_blocks() -> list[Block]:
     blocks[4] = Block(CIFAR, PAPER_MODELS, blocks[4].losses, PAPER_SEEDS, train=blocks[4].train)
     blocks[5] = Block(CIFAR, PAPER_MODELS, blocks[5].losses, PAPER_SEEDS, train=blocks[5].train)
     # Tiny-ImageNet: every loss; FLSc-531's steps at 100/350 and 250/350 of its 100 epochs
-    tiny_flsc = loss("flsc531", milestones=[29, 71], label="FLSc-531")
+    tiny_flsc = loss("flsc531", milestones=[29, 71], label=DISPLAY_NAMES["flsc531"])
     unclipped = [lo for lo in FMNIST_LOSSES if lo not in CLIPPED_LOSSES]
     tiny = [Block(["tiny_imagenet"], ["resnet50_tiny"],
                   [tiny_flsc if lo.name == "flsc531" else lo for lo in unclipped], PAPER_SEEDS,
