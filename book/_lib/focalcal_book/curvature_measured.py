@@ -148,13 +148,13 @@ def architecture_rows(sweeps: dict[str, pd.DataFrame], n_classes: int) -> list[d
     for model, f in sweeps.items():
         by_gamma = {f"{g:g}": v.to_numpy() for g, v in f.groupby("gamma")["accuracy"]}
         failed = untrained(by_gamma, n_classes)
-        _, best = ece_minimum(f)
+        ece_verdict, best = ece_minimum(f)
         rows.append({"model": model, "network": MODEL_TITLES.get(model, model),
                      "gammas": ", ".join(by_gamma), "seeds": int(f.groupby("gamma")["seed"].nunique().max()),
                      "accuracy": float(f["accuracy"].mean()), "untrained": failed,
                      "lambda_falls": gate(list(by_gamma), failed, lambda: trend_row(
                          f, "gamma", "loss_lambda_max", "")["verdict"]),
-                     "best_gamma": best, "ece_minimum": gate(list(by_gamma), failed, lambda: ece_minimum(f)[0]),
+                     "best_gamma": best, "ece_minimum": gate(list(by_gamma), failed, lambda: ece_verdict),
                      "trace_at_best": float(f.loc[f["gamma"] == best, "loss_trace"].mean())})
     return rows
 
