@@ -46,10 +46,10 @@ def test_profiles_expand_to_unique_valid_runs():
     assert {r.loss.name for r in smoke} == set(LOSSES)
     assert {r.dataset for r in smoke} == {"gaussian_mixture", "charoenphakdee_1d", "fashion_mnist"}
     # each loss once (the pair twice) plus the curvature, training-length and Psi chapters' runs
-    # (Psi: three settings x two gammas, and one run of the LS paradigm) and one ablation run (a
-    # confidence score): short
+    # (Psi: three settings x two gammas, and one run of the LS paradigm), one ablation run (a
+    # confidence score) and two of the selection grid (inverse focal gamma = 1 and 4): short
     assert len(smoke) == (len(LOSSES) + len(profiles.SMOKE_PAIR) + len(profiles.SMOKE_CURVATURE_LOSSES)
-                          + len(profiles.SMOKE_LENGTH_LOSSES) + 3 * 2 + 1 + 1)
+                          + len(profiles.SMOKE_LENGTH_LOSSES) + 3 * 2 + 1 + 1 + 2)
 
 
 def test_run_id_depends_on_every_setting():

@@ -136,7 +136,8 @@ def test_confidence_direction():
     assert zf.confidence_direction(t) == {"over": ["cross-entropy"], "under": ["FLSD-53"], "mixed": ["AURC"]}
 
 
-def fake_run(out: Path, name: str, loss: str, label: str, seed: int, clip: float | None, temp: float) -> None:
+def fake_run(out: Path, name: str, loss: str, label: str, seed: int, clip: float | None, temp: float,
+             params: dict | None = None) -> None:
     """A finished run folder as ``load_run`` reads it: logits drawn so that softmax(logits / temp) is
     the labels' distribution (over-confident for temp > 1)."""
     g = torch.Generator().manual_seed(seed)
@@ -149,7 +150,8 @@ def fake_run(out: Path, name: str, loss: str, label: str, seed: int, clip: float
         blob[f"{split}_labels"] = torch.multinomial(torch.softmax(z / temp, 1), 1, generator=g).squeeze(1)
     torch.save(blob, d / "logits.pt")
     runfolder.write_config(d, {
-        "config": {"dataset": "fashion_mnist", "model": "cnn", "loss": loss, "loss_params": "{}", "seed": seed},
+        "config": {"dataset": "fashion_mnist", "model": "cnn", "loss": loss, "loss_params": json.dumps(params or {}),
+                   "seed": seed},
         "trainer": {"clip_grad_norm": clip}})
 
 
@@ -336,3 +338,54 @@ def test_a_baseline_that_did_not_train_leaves_the_comparison_partly_tested():
     assert set(zf.versus_baselines(table, "selective-risk", failed)["loss_label"]) == {
         "selective-risk", *(b for b in zf.BASELINES if b != "KDE-XE")}
     assert zf.good_calibration(table[table["loss_label"] != "selective-risk"], "selective-risk", []) == vd.NOT_RUN
+
+
+# ------------------------------------------------------------------- App. E: cross-validation ---
+
+def test_selection_table_and_the_selected_values(tmp_path):
+    from focalcal import metrics
+
+    rows = []
+    for gamma, temp in ((1.0, 1.0), (4.0, 3.0)):  # gamma 4's logits are over-confident: higher NLL
+        for seed in (0, 1):
+            name = f"inverse-{gamma:g}-{seed}"
+            fake_run(tmp_path, name, "inverse_focal", f"inverse focal gamma={gamma:g}", seed, None, temp, {"gamma": gamma})
+            rows.append({"run": name, "loss_label": f"inverse focal gamma={gamma:g}", "seed": seed})
+    table = zf.selection_table(tmp_path, pd.DataFrame(rows))
+    assert list(table["value"]) == [1.0, 1.0, 4.0, 4.0] and set(table["parameter"]) == {"gamma"}
+    assert set(table["family"]) == {"inverse_focal"}
+    blob = torch.load(tmp_path / "runs" / "inverse-4-1" / "logits.pt")
+    assert table["val_nll"].iloc[3] == pytest.approx(metrics.nll(logits=blob["val_logits"], labels=blob["val_labels"]))
+    assert table["val_aurc"].iloc[3] == pytest.approx(metrics.aurc(logits=blob["val_logits"], labels=blob["val_labels"]))
+    assert (table["val_nll"].iloc[2:].to_numpy() > table["val_nll"].iloc[:2].to_numpy()).all()
+    chosen = zf.selected(table)
+    assert chosen.to_dict("records") == [{
+        "training loss": "inverse focal", "parameter": "gamma", "grid": "1, 4", "selected": 1.0, "per seed": "1, 1",
+        "Zhou et al. (Tables 2-3)": "1 to 3", "Zhou et al., CIFAR-10 ResNet-50": 2.0}]
+    assert zf.large_gamma_underperforms(table) == vd.HOLDS
+    fig = zf.plot_selection(table, {"val_nll": "validation NLL"})
+    assert fig.axes[0].get_xlabel() == r"$\gamma$" and fig.axes[0].get_ylabel() == "validation NLL"
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+@pytest.mark.parametrize(("big", "verdict"), [((3.0, 4.0), vd.HOLDS), ((1.0, 1.5), vd.DOES_NOT_HOLD),
+                                              ((3.0, 1.5), vd.NOT_RESOLVED)])
+def test_large_gamma_rule(big, verdict):
+    # the least NLL of gamma < 4 is 2.0 on both seeds; gamma 5's per seed is `big`
+    table = pd.DataFrame({"family": "inverse_focal", "seed": [0, 0, 0, 1, 1, 1], "value": [1.0, 2.0, 5.0] * 2,
+                          "val_nll": [2.0, 2.5, big[0], 2.0, 2.5, big[1]]})
+    assert zf.large_gamma_underperforms(table) == verdict
+    assert zf.large_gamma_underperforms(table[table["value"] < 4]) == vd.NOT_RUN
+    assert zf.large_gamma_underperforms(table.iloc[:3]) == vd.NOT_RESOLVED  # one seed shows no spread
+
+
+def test_paper_selected_values_are_their_tables(shared_data_root):
+    from focalcal_book.claims import paper_text
+
+    text = paper_text("zhou2025", shared_data_root.parent / "papers")
+    for row, family in (("Dual", "dual_focal"), ("Inv. FL", "inverse_focal")):
+        assert f"{row} ".lower() + " ".join(f"{v:.1f}" for v in zf.PAPER_SELECTED[family].values()) in text, row
+    coverage = " ".join(f"{v:g}" for v in zf.PAPER_SELECTED["selective_risk"].values())
+    assert "swin-tiny " + coverage in text  # the text is normalised to lower case

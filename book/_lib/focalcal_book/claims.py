@@ -78,6 +78,8 @@ CLAIMS: dict[str, Claim] = _claims(
      "focal loss and inverse focal loss are more variable, depending on both the model architecture and dataset"),
     ("zhou_csf_sensitive", _Z, "Sec. 5, Fig. 2",
      "exhibits noticeable sensitivity to the choice of CSF in most scenarios"),
+    ("zhou_inverse_large_gamma", _Z, "App. E.1, Fig. 4a",
+     "consistently underperform, which should not be considered in practice"),
     ("zhou_fl53_poor_cwece", _Z, "App. E.3",
      "FL-53 performs poorly relative to other trainable methods on both CIFAR-10 and Tiny-ImageNet"),
     # Charoenphakdee et al. (2021): psi_capacity

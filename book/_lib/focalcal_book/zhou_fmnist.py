@@ -19,7 +19,8 @@ Fashion-MNIST, their post-hoc quantities per seed, the two claims' verdicts and 
   :func:`initial_network_state` (a freshly initialised network of the cpu profile's run) or of
   any network;
 - figures: :func:`aurc_ece_plot` (AURC and E-AURC against ECE, seed ranges as bars) and
-  :func:`reliability_figures` (Zhou et al.'s Fig. 3: one reliability diagram per loss).
+  :func:`reliability_figures` (Zhou et al.'s Fig. 3: one reliability diagram per loss);
+- their App. E's cross-validation: :func:`selection_table`, :func:`selected`, :func:`plot_selection`.
 
 All quantities stay fractions here; the page multiplies by 100 where it shows percentages.
 """
@@ -42,7 +43,9 @@ __all__ = ["RULES", "ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "
            "BASELINE", "CLIPPED_LABELS", "loss_parameters", "select_runs", "per_seed", "near_uniform_share", "CSF_LABELS", "csf_sensitivity",
            "spread_table", "competitive", "lower_than", "confidence_direction",
            "training_progress", "target_facts", "FIG3_READING", "fig3_table", "DIRECTION_WORDS", "calibration_claim", "aurc_claim", "aurc_ece_plot",
-           "reliability_figures", "gradient_decomposition", "initial_network_state", "mechanism_table"]
+           "reliability_figures", "gradient_decomposition", "initial_network_state", "mechanism_table",
+           "PAPER_SELECTED", "SELECTED_PARAMETER", "selection_table", "selected", "large_gamma_underperforms",
+           "plot_selection"]
 
 
 # Zhou et al.'s Table 1 columns: XE, FL-53, Inv. FL, Dual, KDE-XE, AURC, AU_{P_X_tau}; the sweep
@@ -693,6 +696,96 @@ def reliability_figures(out: str | Path, table: pd.DataFrame, *, seed: int = 0, 
     return figs
 
 
+# ------------------------------------------------------------------ App. E: cross-validation ---
+#: the parameter each loss family selects by cross-validation (App. E)
+SELECTED_PARAMETER: dict[str, str] = {"inverse_focal": "gamma", "dual_focal": "gamma", "selective_risk": "coverage"}
+_AXIS = {"gamma": r"$\gamma$", "coverage": "low-confidence coverage"}
+_NETWORKS = ("CIFAR-10 ResNet-50", "CIFAR-10 ResNet-110", "CIFAR-10 WRN", "CIFAR-10 PreResNet-56",
+             "CIFAR-100 ResNet-50", "CIFAR-100 ResNet-110", "CIFAR-100 WRN", "CIFAR-100 PreResNet-56",
+             "Tiny-ImageNet ViT-Small", "Tiny-ImageNet Swin-Tiny")
+#: Zhou et al.'s selected values, App. E, Table 2 (gamma) and Table 3 (low-confidence coverage)
+PAPER_SELECTED: dict[str, dict[str, float]] = {
+    "inverse_focal": dict(zip(_NETWORKS, (2.0, 3.0, 1.5, 2.0, 1.0, 1.5, 1.0, 1.0, 1.0, 1.0))),
+    "dual_focal": dict(zip(_NETWORKS, (5.0, 4.5, 2.6, 4.0, 5.0, 6.1, 3.9, 4.5, 1.0, 1.0))),
+    "selective_risk": dict(zip(_NETWORKS, (0.9, 0.9, 0.8, 0.8, 0.9, 0.8, 0.8, 0.9, 0.2, 0.4)))}
+
+
+def selection_table(out: str | Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of ``runs`` (rows of the sweep's results of the ``selection`` role): its
+    ``family`` (the loss), ``parameter`` and ``value`` (:data:`SELECTED_PARAMETER`), ``seed``, and
+    its validation ``val_nll``, ``val_accuracy`` and ``val_aurc`` (MSP) and ``test_accuracy``
+    (fractions), from the logits the run saved."""
+    from focalcal import metrics
+    from focalcal.lab.results import load_run
+
+    rows = []
+    for r in runs.drop_duplicates("run").itertuples(index=False):
+        run = load_run(runfolder.run_path(out, r.run))
+        family = run.config["loss"]
+        name = SELECTED_PARAMETER[family]
+        value = loss_parameters(family, run.loss_params)[name]
+        zv, yv = run.val_logits, run.val_labels
+        rows.append({"run": r.run, "loss_label": r.loss_label, "family": family, "parameter": name,
+                     "value": float(value), "seed": int(r.seed), "val_nll": metrics.nll(logits=zv, labels=yv),
+                     "val_accuracy": metrics.accuracy(logits=zv, labels=yv), "val_aurc": metrics.aurc(logits=zv, labels=yv),
+                     "test_accuracy": metrics.accuracy(logits=run.test_logits, labels=run.test_labels)})
+    return pd.DataFrame(rows).sort_values(["family", "value", "seed"], kind="stable").reset_index(drop=True)
+
+
+def selected(table: pd.DataFrame, by: str = "val_nll") -> pd.DataFrame:
+    """Per family of :func:`selection_table`: the value of least mean ``by`` over seeds, the value
+    each seed selects (text), and Zhou et al.'s selections (:data:`PAPER_SELECTED`) as a range."""
+    from focalcal.losses import DISPLAY_NAMES
+
+    rows = []
+    for family, t in table.groupby("family", sort=False):
+        means = t.groupby("value")[by].mean()
+        per_seed = t.loc[t.groupby("seed")[by].idxmin()].sort_values("seed")
+        paper = sorted(PAPER_SELECTED[family].values())
+        rows.append({"training loss": DISPLAY_NAMES[family], "parameter": t["parameter"].iloc[0], "grid": ", ".join(f"{v:g}" for v in means.index),
+                     "selected": float(means.idxmin()), "per seed": ", ".join(f"{v:g}" for v in per_seed["value"]),
+                     "Zhou et al. (Tables 2-3)": f"{paper[0]:g} to {paper[-1]:g}",
+                     "Zhou et al., CIFAR-10 ResNet-50": PAPER_SELECTED[family][_NETWORKS[0]]})
+    return pd.DataFrame(rows)
+
+
+def large_gamma_underperforms(table: pd.DataFrame, by: str = "val_nll", *, threshold: float = 4.0) -> str:
+    """Their App. E.1 reading of Fig. 4a, for inverse focal loss: on every seed the best ``gamma >=
+    threshold`` has a higher validation ``by`` than the best ``gamma < threshold``
+    (:func:`focalcal_book.verdicts.every_seed`); :data:`NOT_RUN` without both sides."""
+    from focalcal_book.verdicts import every_seed
+
+    t = table[table["family"] == "inverse_focal"]
+    big, small = t[t["value"] >= threshold], t[t["value"] < threshold]
+    seeds = sorted(set(big["seed"]) & set(small["seed"]))
+    if not seeds:
+        return NOT_RUN
+    return every_seed([big.loc[big["seed"] == s, by].min() > small.loc[small["seed"] == s, by].min() for s in seeds])
+
+
+def plot_selection(table: pd.DataFrame, columns: Mapping[str, str]):
+    """One row of panels per quantity of ``columns`` (column -> axis label), one column per family:
+    the quantity against the family's parameter, each seed a dot, the mean over seeds a line."""
+    import matplotlib.pyplot as plt
+
+    from focalcal.losses import DISPLAY_NAMES
+    from focalcal.plotting import FIGURE_WIDTH_IN, color
+    families = list(dict.fromkeys(table["family"]))
+    fig, axes = plt.subplots(len(columns), len(families), figsize=(FIGURE_WIDTH_IN, 2.3 * len(columns)),
+                             squeeze=False, sharex="col", layout="constrained")
+    for j, family in enumerate(families):
+        t = table[table["family"] == family]
+        for i, (col, label) in enumerate(columns.items()):
+            ax = axes[i, j]
+            ax.plot(t["value"], t[col], "o", color=color(family), alpha=0.5, label="one seed")
+            mean = t.groupby("value")[col].mean()
+            ax.plot(mean.index, mean.values, "-", color=color(family), label="mean over seeds")
+            ax.set(ylabel=label, title=DISPLAY_NAMES[family] if i == 0 else "",
+                   xlabel=_AXIS[t["parameter"].iloc[0]] if i == len(columns) - 1 else "")
+    axes[0, -1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return fig
+
+
 #: how each of the page's claims is tested (the thresholds are the book's)
 RULES: dict[str, str] = {
     "good": "ECE and cwECE before TS: every seed at most the worst seed of the best baseline that trained",
@@ -702,4 +795,6 @@ RULES: dict[str, str] = {
     "dual": "claim 1's rule for dual focal loss against the other trained losses of Table 1",
     "variable": "needs several architectures and data sets; this comparison has one",
     "csf": "the detached variant under each CSF; the test ECE before TS of two CSFs apart on every seed (seed "
-           "ranges separate); a majority of settings needs several, this comparison has one"}
+           "ranges separate); a majority of settings needs several, this comparison has one",
+    "cv": "inverse focal loss on a grid of gamma: on every seed, the least validation NLL over gamma >= 4 above "
+          "the least over gamma < 4"}

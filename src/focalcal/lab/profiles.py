@@ -31,7 +31,8 @@ __all__ = [
     "PAPER_TINY_TRAIN", "PAPER_TRAIN", "PROFILES", "PSI_GAMMAS", "PSI_LARGE_MLP", "PSI_LS_LOSSES", "PSI_LOSSES",
     "PSI_SMALL_MLP", "SHRUNK_MODEL_PARAMS", "SMOKE_CURVATURE_LOSSES",
     "SMOKE_CURVATURE_TRAIN", "SMOKE_LENGTH_LOSSES", "SMOKE_LENGTH_TRAIN", "SMOKE_PAIR",
-    "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "SELECTIVE_VARIANT_LOSSES", "SYNTHETIC_BLOCK", "TABLE1_LOSSES", "ZHOU_LOSSES",
+    "SMOKE_POSTHOC", "SMOKE_PSI_TRAIN", "SMOKE_TRAIN", "SELECTIVE_VARIANT_LOSSES", "SYNTHETIC_BLOCK", "TABLE1_LOSSES",
+    "ZHOU_CV_COVERAGES", "ZHOU_CV_GAMMAS", "ZHOU_CV_LOSSES", "ZHOU_LOSSES",
     "curvature_losses", "get_profile", "page_losses", "psi_blocks", "shrink"]
 
 # The losses every profile compares (Komisarenko & Kull Table 1; Mukhoti Table 1).
@@ -197,6 +198,17 @@ CPU_PSI_SMALL_DATA_TRAIN = {**CPU_PSI_TRAIN, "train_subset": 400}
 SMOKE_PSI_TRAIN = {**SMOKE_TRAIN, "record_subset": 128}
 
 
+# Zhou et al.'s App. E (Figs. 4 and 6, Tables 2 and 3): the parameters they select by validation
+# loss (gamma of inverse and dual focal loss, the low-confidence coverage of their loss, whose
+# variant with detached weights is the one that trains here) on a grid, on the Psi chapter's small
+# MLP and recipe (a run costs seconds; the comparison's CNN a minute), 2 seeds
+ZHOU_CV_GAMMAS = (1.0, 2.0, 3.0, 4.0, 5.0)
+ZHOU_CV_COVERAGES = (0.2, 0.5, 0.8, 0.9)
+ZHOU_CV_LOSSES = (tuple(loss("inverse_focal", label=f"inverse focal gamma={g:g}", gamma=g) for g in ZHOU_CV_GAMMAS)
+                  + tuple(loss("dual_focal", label=f"dual focal gamma={g:g}", gamma=g) for g in ZHOU_CV_GAMMAS)
+                  + tuple(loss("selective_risk", label=f"selective-risk (detached weights) coverage={c:g}",
+                               variant="detached", coverage=c) for c in ZHOU_CV_COVERAGES))
+
 def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
                losses: Sequence[Loss] = PSI_LOSSES, dataset: str = "fashion_mnist",
                in_features: int = 784, ls_losses: Sequence[Loss] = PSI_LS_LOSSES) -> list[Block]:
@@ -254,8 +266,8 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
                 seeds: Sequence[int], models: Sequence[str], other_losses: Sequence[Loss],
                 analysis_seeds: Sequence[int]) -> list[Block]:
     """The blocks shared by the gpu and paper profiles: the main comparison on CIFAR-10/100
-    (``models``), the other losses on CIFAR-10 ResNet-50, and the training-length, curvature and
-    Psi analogues of the cpu profile's blocks, and its synthetic tasks (a few CPU-minutes)."""
+    (``models``), the other losses on CIFAR-10 ResNet-50, and the training-length, curvature, Psi
+    and selection analogues of the cpu profile's blocks, and its synthetic tasks (a few CPU-minutes)."""
     clipped_main = tuple(lo for lo in CLIPPED_LOSSES if lo.name == "dual_focal")
     clipped_other = tuple(lo for lo in CLIPPED_LOSSES if lo.name != "dual_focal")
     return [
@@ -275,7 +287,9 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
         *psi_blocks(GPU_PSI_TRAIN, GPU_PSI_SMALL_DATA_TRAIN, analysis_seeds[:2], dataset="cifar10",
                     in_features=CIFAR_INPUTS),
         Block(["cifar10"], ["resnet50"], (LABEL_SMOOTHING_01,), seeds, train=train, role="ablation"),
-        Block(["cifar10"], ["resnet50"], CSF_LOSSES, seeds, train=clipped, role="ablation")]
+        Block(["cifar10"], ["resnet50"], CSF_LOSSES, seeds, train=clipped, role="ablation"),
+        Block(["cifar10"], ["mlp"], ZHOU_CV_LOSSES, analysis_seeds[:2], train=GPU_PSI_TRAIN, posthoc=SMOKE_POSTHOC,
+              model_params={**PSI_SMALL_MLP, "in_features": CIFAR_INPUTS}, role="selection")]
 
 
 # ---------------------------------------------------------------------- the paper profile ---
@@ -336,7 +350,9 @@ PROFILES: dict[str, Profile] = {
          *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
                      (PSI_LOSSES[0], PSI_LOSSES[3]), ls_losses=PSI_LS_LOSSES[-1:]),
          Block(["fashion_mnist"], ["cnn"], CSF_LOSSES[1:], [0], train=SMOKE_TRAIN, posthoc=SMOKE_POSTHOC,
-               role="ablation")]),
+               role="ablation"),
+         Block(["fashion_mnist"], ["mlp"], (ZHOU_CV_LOSSES[0], ZHOU_CV_LOSSES[3]), [0], train=SMOKE_PSI_TRAIN,
+               posthoc=SMOKE_POSTHOC, model_params=PSI_SMALL_MLP, role="selection")]),
     "cpu": Profile(
         "Fashion-MNIST and the synthetic tasks, sized to show the papers' effects on 2 CPU cores",
         [Block(["fashion_mnist"], ["cnn"], FIG3_LOSSES, [0, 1, 2], train={**CPU_FMNIST_FIG1_TRAIN, **NETWORK_CURVATURE}),
@@ -356,7 +372,9 @@ PROFILES: dict[str, Profile] = {
          *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1]),
          Block(["fashion_mnist"], ["cnn"], (LABEL_SMOOTHING_01,), [0, 1, 2], train=CPU_FMNIST_TRAIN,
                role="ablation"),
-         Block(["fashion_mnist"], ["cnn"], CSF_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN, role="ablation")]),
+         Block(["fashion_mnist"], ["cnn"], CSF_LOSSES, [0, 1, 2], train=CPU_FMNIST_DUAL_TRAIN, role="ablation"),
+         Block(["fashion_mnist"], ["mlp"], ZHOU_CV_LOSSES, [0, 1], train=CPU_PSI_TRAIN, posthoc=SMOKE_POSTHOC,
+               model_params=PSI_SMALL_MLP, role="selection")]),
     "gpu": Profile(
         "CIFAR-10/100 on ResNet-50 and Wide-ResNet-26-10, one seed, the papers' schedule compressed "
         "to 60 epochs, and the cpu profile's other blocks on CIFAR-10 (one GPU, about 7.5 hours on an H100)",

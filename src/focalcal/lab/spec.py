@@ -145,4 +145,5 @@ ROLES: dict[str, str] = {
     "psi": "focal loss and Psi across capacity and data size (psi_capacity)",
     "ablation": "the comparison's network with one setting of a loss changed (zhou_fmnist's confidence "
                 "scores, mukhoti_fmnist's label smoothing 0.1)",
+    "selection": "a loss's parameter on a grid, selected on the validation split (zhou_fmnist's cross-validation)",
 }
