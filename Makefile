@@ -126,11 +126,13 @@ book: install $(RESULTS_DEP) $(CACHE_STAMP) calibrator-cache
 	@echo
 	@echo "The book is built. Open: file://$(abspath _build/html/index.html)"
 
-# the per-network fits of "Which calibrator?" (every post-hoc method on every released and sweep network):
-# computed here, in JOBS processes, because cold they take longer than a book cell may run; cached
-# under _build/calibrator-cache by a digest of code and data, so a warm cache costs seconds
+# the per-network fits of "Which calibrator?" (every post-hoc method on every released and sweep network)
+# and the released-network pages' rows: computed here, in JOBS processes, because cold they take longer
+# than a book cell may run (and one process at a time inside the build); cached under
+# _build/calibrator-cache and _build/released-cache by a digest of code and data, so a warm cache costs seconds
 calibrator-cache: install $(RESULTS_DEP)
 	PYTHONPATH=book/_lib $(BIN)/python -c "from focalcal_book.which_calibrator import warm; warm('$(abspath $(RUNS))', jobs=$(JOBS))"
+	PYTHONPATH=book/_lib $(BIN)/python -c "from focalcal_book.released import warm; warm(jobs=$(JOBS))"
 
 bench: install
 	$(BIN)/python bench/run_all.py

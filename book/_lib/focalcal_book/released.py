@@ -6,7 +6,8 @@ in :mod:`focalcal_book.printed`. Here:
 
 - :func:`data_check` loads every file the pages need (or downloads it) and, when that is impossible,
   shows the note a reader without the data sees instead of the numbers;
-- :func:`cache_dir`: ``_build/released-cache`` of the book, where the deterministic rows are kept;
+- :func:`cache_dir`: ``_build/released-cache`` of the book, where the deterministic rows are kept
+  (:func:`warm` fills it in parallel before the build);
 - :func:`compare` / :func:`comparison` / :func:`comparison_grid`: a computed value against the printed
   one, to the printed rounding ("exact"), within 0.01 ("close") or not ("differs"), shown as a
   coloured table;
@@ -28,7 +29,7 @@ from focalcal import plotting
 from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
 from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, combine
 
-__all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "data_check", "network_label", "compare",
+__all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "warm", "data_check", "network_label", "compare",
            "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "KK_CHOICE_GAINS", "SELECTION_HEADERS",
            "SELECTION_FORMATS", "compared_with", "loss_verdicts", "forest_plot",
            "reliability_row", "aurc_plot", "pp", "confidence_gap"]
@@ -87,6 +88,40 @@ def cache_dir() -> Path | None:
     """``<book root>/_build/released-cache`` (``None`` outside the book: nothing is cached)."""
     root = book_root()
     return None if root is None else root / "_build" / "released-cache"
+
+
+def _warm_one(task: tuple[str, str, str]) -> str:
+    from focalcal.lab.results import released as protocols
+
+    kind, name, cache = task
+    if kind == "kk":
+        protocols.kk_tables([name], cache=cache)
+    elif kind == "mukhoti":
+        protocols.mukhoti_table([name], cache=cache)
+    else:
+        protocols.zhou_table([name], cache=cache, paper_protocol=kind == "zhou-paper")
+    return f"{kind} {name}"
+
+
+def warm(*, jobs: int = 1) -> list[str]:
+    """Fill :func:`cache_dir` before the book executes its pages (``make calibrator-cache``): the
+    rows of the three released-network pages, one table of one network per task, in ``jobs``
+    processes (the pages then read them; cold, K&K's page alone took 80 s in one process). Networks
+    whose files are not local are left to their page (which shows :data:`NOTE`). Returns the tasks."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    cache = str(cache_dir())
+    tasks = []
+    for name, net in RELEASED.items():
+        try:
+            [released_path(f) for fs in net.files.values() for f in fs]
+        except DataUnavailableError:
+            continue
+        tasks += [("kk", name, cache), ("zhou", name, cache)]
+        tasks += [("mukhoti", name, cache)] if net.source == "mukhoti2020" else [("zhou-paper", name, cache)]
+    tasks.sort(key=lambda t: t[0] != "kk")  # the longest first
+    with ProcessPoolExecutor(max_workers=max(1, int(jobs))) as pool:
+        return list(pool.map(_warm_one, tasks))
 
 
 def data_check(names: Iterable[str] | None = None, splits: Mapping[str, Sequence[str]] | None = None) -> bool:
