@@ -89,10 +89,11 @@ test: install lint-imports
 	@rc=0; $(BIN)/python -m pytest || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# unit tests only: skips the chapters, the book build, the sweeps and the packaging checks (for
-# development, not CI)
+# unit tests only: skips the chapters, the book build, the sweeps and the packaging checks, and runs
+# a few representative cases where the full suite checks a whole set (marker exhaustive: the fast
+# focal-TS search against the exact one on 3 of the 17 released networks) (for development, not CI)
 test-fast: install lint-imports
-	$(BIN)/python -m pytest -n $(TEST_JOBS) -m "not book and not notebooks and not packaging"
+	$(BIN)/python -m pytest -n $(TEST_JOBS) -m "not book and not notebooks and not packaging and not exhaustive"
 
 # the architecture contracts of pyproject.toml ([tool.importlinter])
 lint-imports: install

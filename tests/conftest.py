@@ -25,17 +25,6 @@ if "FOCALCAL_LOGITS_ROOT" not in os.environ and (_BESIDE / "cifar10-resnet50-log
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
-def pytest_configure(config):
-    # Under `pytest -n N` (make test-fast) each test process gets one torch thread: N processes with
-    # torch's default of one thread per core would each run an OpenMP team on cores the other
-    # processes keep busy, and a team stalls at every operation's barrier (bench/bench_posthoc.py
-    # measured 10-40x on such a machine). `make test` runs in one process and keeps torch's threads.
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch
-
-        torch.set_num_threads(1)
-
-
 @pytest.fixture(scope="session")
 def shared_logits_dir() -> Path:
     """The local copy of the published CIFAR-10 logits (tests that need real data fail without it)."""

@@ -204,6 +204,18 @@ def test_page_has_no_unparsed_tables(built_book, page):
     assert not bad, f"{page}: a Markdown table rendered as text: {bad}"
 
 
+@pytest.mark.parametrize("page", PAGES)
+def test_page_prints_no_bare_verdict(built_book, page):
+    # a verdict reaches the reader through the prose (glued) and the claims table; a cell that ends in
+    # Tally.add(...) or a verdict function shows its return value as a quoted string instead
+    from focalcal_book.verdicts import VERDICTS
+
+    soup = BeautifulSoup((built_book / f"{page}.html").read_text(), "html.parser")
+    shown = [o.get_text().strip() for o in soup.select(".cell_output .output.text_plain")]
+    bare = [t for t in shown if t.strip("'\"") in VERDICTS]
+    assert not bare, f"{page}: a cell's output is a bare verdict {bare[0]!r} (end the cell with something else)"
+
+
 def _builder_paths(*paths: Path) -> list[str]:
     """The absolute folders of this build (the checkout, the runs, the logits, the home folder), as
     they would appear in a page's text, longest first."""
