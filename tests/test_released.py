@@ -443,3 +443,42 @@ def test_loss_verdicts_follow_the_books_one_rule():
 
 def test_compared_with_places_a_value_against_the_papers():
     assert [rb.compared_with(v, 20.0) for v in (45.8, 12.0, 20.0)] == ["above", "below", "equal to"]
+
+
+
+def test_warm_runs_the_pages_own_calls_for_every_local_network(tmp_path, monkeypatch):
+    # make calibrator-cache fills the cache through the same calls the three pages make (so the same
+    # cache keys), one network and table per task; the protocols are replaced by stand-ins that
+    # record their arguments in files (the tasks run in worker processes)
+    (tmp_path / "_toc.yml").write_text("root: index\n")
+    monkeypatch.chdir(tmp_path)
+    names = ["cifar10_resnet110_flsd53", "cifar10_resnet50_ce_zhou", "cifar10_resnet50_brier"]
+    monkeypatch.setattr(rb, "RELEASED", {n: D.RELEASED[n] for n in names})
+    absent = {id(f) for fs in D.RELEASED[names[2]].files.values() for f in fs}  # as if not downloaded
+    real_path = rb.released_path
+
+    def released_path(f):
+        if id(f) in absent:
+            raise D.DataUnavailableError("not here")
+        return real_path(f)
+
+    monkeypatch.setattr(rb, "released_path", released_path)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+
+    def recorder(kind):
+        def call(names, *, cache, **kw):
+            (calls / f"{kind}-{names[0]}-{kw.get('paper_protocol', False)}").write_text(str(cache))
+        return call
+
+    monkeypatch.setattr(R, "kk_tables", recorder("kk"))
+    monkeypatch.setattr(R, "mukhoti_table", recorder("mukhoti"))
+    monkeypatch.setattr(R, "zhou_table", recorder("zhou"))
+    done = rb.warm(jobs=2)
+    assert done[:2] == ["kk cifar10_resnet110_flsd53", "kk cifar10_resnet50_ce_zhou"]  # the longest first
+    assert sorted(done[2:]) == ["mukhoti cifar10_resnet110_flsd53", "zhou cifar10_resnet110_flsd53",
+                                "zhou cifar10_resnet50_ce_zhou", "zhou-paper cifar10_resnet50_ce_zhou"]
+    assert sorted(p.name for p in calls.iterdir()) == sorted([
+        "kk-cifar10_resnet110_flsd53-False", "kk-cifar10_resnet50_ce_zhou-False", "mukhoti-cifar10_resnet110_flsd53-False",
+        "zhou-cifar10_resnet110_flsd53-False", "zhou-cifar10_resnet50_ce_zhou-False", "zhou-cifar10_resnet50_ce_zhou-True"])
+    assert {p.read_text() for p in calls.iterdir()} == {str(tmp_path / "_build" / "released-cache")}

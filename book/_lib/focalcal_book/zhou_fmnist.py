@@ -44,8 +44,7 @@ __all__ = ["RULES", "ZHOU_TABLE_LOSSES", "VARIANT_LABELS", "LABELS", "TARGET", "
            "spread_table", "competitive", "lower_than", "confidence_direction",
            "training_progress", "target_facts", "FIG3_READING", "fig3_table", "DIRECTION_WORDS", "calibration_claim", "aurc_claim", "aurc_ece_plot",
            "reliability_figures", "gradient_decomposition", "initial_network_state", "mechanism_table",
-           "PAPER_SELECTED", "SELECTED_PARAMETER", "selection_table", "selected", "large_gamma_underperforms",
-           "plot_selection"]
+           "PAPER_SELECTED", "SELECTED_PARAMETER", "selection_table", "selected", "large_gamma_underperforms", "plot_selection"]
 
 
 # Zhou et al.'s Table 1 columns: XE, FL-53, Inv. FL, Dual, KDE-XE, AURC, AU_{P_X_tau}; the sweep
@@ -770,6 +769,7 @@ def plot_selection(table: pd.DataFrame, columns: Mapping[str, str]):
 
     from focalcal.losses import DISPLAY_NAMES
     from focalcal.plotting import FIGURE_WIDTH_IN, color
+
     families = list(dict.fromkeys(table["family"]))
     fig, axes = plt.subplots(len(columns), len(families), figsize=(FIGURE_WIDTH_IN, 2.3 * len(columns)),
                              squeeze=False, sharex="col", layout="constrained")

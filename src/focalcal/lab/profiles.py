@@ -209,6 +209,7 @@ ZHOU_CV_LOSSES = (tuple(loss("inverse_focal", label=f"inverse focal gamma={g:g}"
                   + tuple(loss("selective_risk", label=f"selective-risk (detached weights) coverage={c:g}",
                                variant="detached", coverage=c) for c in ZHOU_CV_COVERAGES))
 
+
 def psi_blocks(train: dict[str, Any], small_data: dict[str, Any], seeds: Sequence[int],
                losses: Sequence[Loss] = PSI_LOSSES, dataset: str = "fashion_mnist",
                in_features: int = 784, ls_losses: Sequence[Loss] = PSI_LS_LOSSES) -> list[Block]:
