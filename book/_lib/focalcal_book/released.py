@@ -29,7 +29,7 @@ from focalcal import plotting
 from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
 from focalcal_book.verdicts import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED, combine
 
-__all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "warm", "data_check", "network_label", "compare",
+__all__ = ["NOTE", "VERDICT_COLORS", "MUKHOTI_COLUMNS", "MUKHOTI_CODE_COLUMNS", "MUKHOTI_HEADERS", "ZHOU_COLUMNS", "ZHOU_HEADERS", "book_root", "cache_dir", "local_networks", "warm", "data_check", "network_label", "compare",
            "comparison", "comparison_grid", "counts", "kk_summary", "KK_SUMMARY_HEADERS", "KK_SUMMARY_FORMATS", "KK_CHOICE_GAINS", "SELECTION_HEADERS",
            "SELECTION_FORMATS", "compared_with", "loss_verdicts", "forest_plot",
            "reliability_row", "aurc_plot", "pp", "confidence_gap"]
@@ -90,6 +90,18 @@ def cache_dir() -> Path | None:
     return None if root is None else root / "_build" / "released-cache"
 
 
+def local_networks() -> list[str]:
+    """The released networks whose every file is here (or downloadable), in registry order."""
+    names = []
+    for name, net in RELEASED.items():
+        try:
+            [released_path(f) for fs in net.files.values() for f in fs]
+        except DataUnavailableError:
+            continue
+        names.append(name)
+    return names
+
+
 def _warm_one(task: tuple[str, str, str]) -> str:
     from focalcal.lab.results import released as protocols
 
@@ -112,11 +124,8 @@ def warm(*, jobs: int = 1) -> list[str]:
 
     cache = str(cache_dir())
     tasks = []
-    for name, net in RELEASED.items():
-        try:
-            [released_path(f) for fs in net.files.values() for f in fs]
-        except DataUnavailableError:
-            continue
+    for name in local_networks():
+        net = RELEASED[name]
         tasks += [("kk", name, cache), ("zhou", name, cache)]
         tasks += [("mukhoti", name, cache)] if net.source == "mukhoti2020" else [("zhou-paper", name, cache)]
     tasks.sort(key=lambda t: t[0] != "kk")  # the longest first

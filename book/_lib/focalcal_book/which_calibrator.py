@@ -166,16 +166,10 @@ def warm(runs: str | Path | None = None, *, cache: str | Path | None = None, job
     from concurrent.futures import ProcessPoolExecutor
 
     from focalcal.lab import results
-    from focalcal.lab.data import RELEASED, DataUnavailableError, released_path
+    from focalcal_book.released import local_networks
 
     cache = str(cache or cache_dir())
-    tasks = []
-    for name, net in RELEASED.items():
-        try:
-            [released_path(f) for fs in net.files.values() for f in fs]
-        except DataUnavailableError:
-            continue
-        tasks.append(("released", name, cache))
+    tasks = [("released", name, cache) for name in local_networks()]
     runs = Path(runs or results.runs_dir())
     chosen = results.runs_for(runs, "comparison", results.load_results(runs), setting="first")
     tasks += [("run", str(runfolder.run_path(runs, r)), cache) for r in dict.fromkeys(chosen["run"])]
