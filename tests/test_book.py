@@ -98,8 +98,22 @@ def chromium() -> str:
 @pytest.fixture(scope="session")
 def built_book(smoke_runs, shared_logits_dir) -> Path:
     """Build the whole book once, into _build/test, with the smoke sweep's results and the
-    published logits (the build inherits FOCALCAL_LOGITS_ROOT)."""
+    published logits (the build inherits FOCALCAL_LOGITS_ROOT). The calibrator caches are filled
+    first, in two processes, as ``make book`` fills them (``make calibrator-cache``)."""
+    warm_caches(smoke_runs)
     return jupyter_book(OUT, smoke_runs, "-W", "-n", "--keep-going")
+
+
+def warm_caches(runs: Path) -> None:
+    """What ``make calibrator-cache`` runs, for the sweep folder ``runs``: the released networks'
+    rows and the calibrator comparison's fits, in two processes (cold, the two pages took 173 s of
+    a serial test build)."""
+    code = (f"from focalcal_book.which_calibrator import warm; warm({str(runs)!r}, jobs=2); "
+            "from focalcal_book.released import warm; warm(jobs=2)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "book" / "_lib"), MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"filling the calibrator caches failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
 
 
 def jupyter_book(out: Path, runs: Path, *options: str) -> Path:
