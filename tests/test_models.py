@@ -7,7 +7,7 @@ import torch
 import torchvision
 from torch import nn
 
-from focalcal.lab.models import (MLP, MODELS, SmallCNN, cifar_resnet, count_parameters, last_linear,
+from focalcal.lab.models import (MLP, MODEL_TITLES, MODELS, SmallCNN, cifar_resnet, count_parameters, last_linear,
                              make_model)
 
 
@@ -96,6 +96,7 @@ def test_densenet121_count():
     ("resnet110", (1, 3, 16, 16), 3),
     ("resnet50_tiny", (1, 3, 16, 16), 3),
     ("densenet121", (1, 3, 16, 16), 3),
+    ("resnet8", (2, 1, 28, 28), 1),
 ])
 def test_output_shapes(name, shape, in_ch):
     m = make_model(name, 7, in_ch).eval()
@@ -166,8 +167,19 @@ def test_make_model_seed_reproducible_and_leaves_global_rng():
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
 
+def test_resnet8_is_the_cifar_resnet_of_depth_8():
+    # He et al. (2016), Sec. 4.2: 6n + 2 layers, n = 1: a 3x3 stem of 16 channels, one basic block
+    # per stage of 16, 32 and 64 channels (projection shortcuts where the shape changes), linear head
+    m = make_model("resnet8", 10)
+    convs = [c for c in m.modules() if isinstance(c, nn.Conv2d)]
+    assert [c.out_channels for c in convs if c.kernel_size == (3, 3)] == [16, 16, 16, 32, 32, 64, 64]
+    assert count_parameters(m) == count_parameters(make_model("wide_resnet26_10", 10, depth=8, width=1))
+    assert 70_000 < count_parameters(m) < 90_000
+    assert MODEL_TITLES["resnet8"] == "ResNet-8"
+
+
 def test_registry_covers_required_architectures():
-    assert {"mlp", "cnn", "resnet50", "resnet110", "wide_resnet26_10", "densenet121"} <= set(MODELS)
+    assert {"mlp", "cnn", "resnet8", "resnet50", "resnet110", "wide_resnet26_10", "densenet121"} <= set(MODELS)
 
 
 def test_last_linear():

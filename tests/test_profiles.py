@@ -21,10 +21,15 @@ RUN_FILES = {"spec.json", "train_classifier.ipynb", "posthoc_calibration.ipynb",
 
 def test_gpu_profile_is_the_papers_networks_on_cifar_with_one_seed():
     runs = profiles.PROFILES["gpu"].expand()
-    nets = [r for r in runs if r.model != "mlp"]
+    nets = [r for r in runs if r.model not in ("mlp", "resnet8")]
     assert {r.dataset for r in nets} == {"cifar10", "cifar100"}
     assert {r.model for r in nets} == {"resnet50", "wide_resnet26_10"}
     assert {r.seed for r in nets} == {0}
+    # the architecture role: ResNet-8 across the curvature page's gammas, on CIFAR-10, two seeds
+    small = [r for r in runs if r.model == "resnet8"]
+    assert {r.dataset for r in small} == {"cifar10"} and {r.seed for r in small} == {0, 1}
+    assert sorted({r.loss.params for r in small}) == [(("gamma", g),) for g in profiles.ARCHITECTURE_GAMMAS]
+    assert set(profiles.PROFILES["gpu"].runs_of("architecture")) == set(small)
     # every loss of the cpu profile's Fashion-MNIST comparison, on CIFAR-10 ResNet-50 (FLSc-531's
     # gamma steps rescaled to the schedule)
     c10 = {r.loss.display for r in nets if (r.dataset, r.model) == ("cifar10", "resnet50")}

@@ -37,7 +37,7 @@ def test_paper_profile_is_a_handful_of_array_submissions(capsys, tmp_path):
     runs = profiles.get_profile("paper").expand()
     n = len(runs)
     assert head == f"profile 'paper': {n} runs, 0 already done, {n} to run (slurm) -> {tmp_path}"
-    assert n == 1070                        # two sbatch calls: SLURM's default MaxArraySize is 1 000
+    assert n == 1080                        # two sbatch calls: SLURM's default MaxArraySize is 1 000
     assert sbatch == [f"sbatch 1: 1000 runs (--array=0-999%20), per run: time=1440 min, gpus=1, cpus=8, "
                       f"partition=gpu; {runs[0].run_id} ... {runs[999].run_id}",
                       f"sbatch 2: {n - 1000} runs (--array=0-{n - 1001}%{min(20, n - 1000)}), per run: time=1440 min, gpus=1, "

@@ -47,9 +47,11 @@ def test_profiles_expand_to_unique_valid_runs():
     assert {r.dataset for r in smoke} == {"gaussian_mixture", "charoenphakdee_1d", "fashion_mnist"}
     # each loss once (the pair twice) plus the curvature, training-length and Psi chapters' runs
     # (Psi: three settings x two gammas, and one run of the LS paradigm), one ablation run (a
-    # confidence score) and two of the selection grid (inverse focal gamma = 1 and 4): short
+    # confidence score), two of the selection grid (inverse focal gamma = 1 and 4) and two ResNet-8
+    # runs of the architecture role (focal gamma = 0 and 3): short
     assert len(smoke) == (len(LOSSES) + len(profiles.SMOKE_PAIR) + len(profiles.SMOKE_CURVATURE_LOSSES)
-                          + len(profiles.SMOKE_LENGTH_LOSSES) + 3 * 2 + 1 + 1 + 2)
+                          + len(profiles.SMOKE_LENGTH_LOSSES) + 3 * 2 + 1 + 1 + 2 + 2)
+    assert sorted(r.loss.label for r in smoke if r.model == "resnet8") == ["focal gamma=0", "focal gamma=3"]
 
 
 def test_run_id_depends_on_every_setting():
@@ -260,7 +262,8 @@ def test_smoke_sweep_end_to_end(smoke_runs):
         "runs": fmnist["run"].nunique(), "profile": "`smoke`", "description": profiles.PROFILES["smoke"].description,
         "data": [f"`fashion_mnist` ({n} training samples)"], "networks": ["`cnn`"], "epochs": "1", "seeds": ["0"]}
     every = build_facts(smoke_runs, table.sort_values("model"))
-    assert f"`gaussian_mixture` ({n} training samples)" in every["data"] and every["networks"] == ["`cnn`", "`mlp`"]
+    assert f"`gaussian_mixture` ({n} training samples)" in every["data"]
+    assert every["networks"] == ["`cnn`", "`mlp`", "`resnet8`"]
     # a second invocation finds everything done and runs nothing
     before = {r.run_id: (smoke_runs / "runs" / r.run_id / "result.json").stat().st_mtime_ns for r in runs}
     again = sweep.run_sweep("smoke", smoke_runs, progress=False)

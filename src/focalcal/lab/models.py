@@ -224,12 +224,15 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
         50, n_classes, in_channels, pool_size=kw.pop("pool_size", 2), **kw),
     "wide_resnet26_10": lambda n_classes, in_channels, **kw: wide_resnet(
         kw.pop("depth", 26), kw.pop("width", 10), n_classes, in_channels, **kw),
+    # He et al.'s (2016) CIFAR ResNet-8: one basic block per stage (16, 32, 64 channels), 78k parameters
+    "resnet8": lambda n_classes, in_channels, **kw: wide_resnet(8, 1, n_classes, in_channels, **kw),
     "densenet121": lambda n_classes, in_channels, **kw: densenet121(n_classes, in_channels, **kw),
 }
 #: the networks of :data:`MODELS` as prose names them (the papers' names; the book's pages use them)
 MODEL_TITLES: dict[str, str] = {
     "mlp": "MLP", "cnn": "small CNN", "resnet50": "ResNet-50", "resnet110": "ResNet-110",
     "resnet50_tiny": "ResNet-50", "wide_resnet26_10": "Wide-ResNet-26-10", "densenet121": "DenseNet-121",
+    "resnet8": "ResNet-8",
 }
 
 

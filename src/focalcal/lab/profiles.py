@@ -21,7 +21,8 @@ from ..losses import DISPLAY_NAMES
 from .spec import Block, Loss, Profile, loss
 
 __all__ = [
-    "ALL_LOSSES", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_CURVATURE_TRAIN",
+    "ALL_LOSSES", "ARCHITECTURE_GAMMAS", "CIFAR", "CIFAR_INPUTS", "CLIPPED_LOSSES", "CPU_ARCHITECTURE_TRAIN",
+    "CPU_CURVATURE_TRAIN",
     "CPU_FMNIST_DUAL_TRAIN", "CPU_FMNIST_FIG1_TRAIN", "CPU_FMNIST_TRAIN", "CPU_LENGTH_TRAIN",
     "CPU_PSI_SMALL_DATA_TRAIN", "CPU_PSI_TRAIN", "CPU_SYNTHETIC_TRAIN", "CSF_LOSSES", "CURVATURE_GAMMAS",
     "CURVATURE_MLP", "CURVATURE_TAUS", "NETWORK_CURVATURE", "FIG3_LOSSES", "FMNIST_LOSSES", "GPU_CLIPPED_TRAIN",
@@ -85,9 +86,11 @@ CPU_FMNIST_DUAL_TRAIN = {**CPU_FMNIST_TRAIN, "clip_grad_norm": 2.0}
 # after epochs 2, 6, 12 and 18 (the learning rate drops after epochs 8 and 13).
 CPU_FMNIST_FIG1_TRAIN = {**CPU_FMNIST_TRAIN, "logits_epochs": [2, 6, 12, 18], "train_logits": True}
 # Kimura & Naganuma's Figs. 2-3 compare architectures: the comparison's networks trained with CE and
-# focal loss also measure the curvature of their training loss when they finish (a CNN's
-# Hessian-vector product costs far more than the MLP's, hence fewer images, steps and probes)
-NETWORK_CURVATURE = {"curvature_samples": 250, "curvature_iters": 10, "curvature_probes": 5}
+# focal loss, and the ResNet-8 of the architecture role, also measure the curvature of their training
+# loss when they finish, all with one protocol (a convolutional network's Hessian-vector product
+# costs far more than the MLP's, hence fewer images, steps and probes than the MLP's 1 000, 20 and 10;
+# on ResNet-8, 250 images, 10 steps and 5 probes took 14 s of a run per measured loss, these 5 s)
+NETWORK_CURVATURE = {"curvature_samples": 100, "curvature_iters": 8, "curvature_probes": 4}
 
 # The rest of the papers' comparisons on the same network and schedule (Mukhoti et al. Tables 1-2:
 # Brier, MMCE, label smoothing 0.05, FL-2, FLSc-531, FLSD-532; Zhou et al. Table 1: inverse focal,
@@ -156,6 +159,16 @@ def curvature_losses(gammas: Sequence[float] = CURVATURE_GAMMAS,
                     for t in taus)
     return focal, penalty
 
+
+# Their Figs. 2-3 compare architectures of different kinds. Besides the MLP above and the comparison's
+# CNN, He et al.'s ResNet-8 (residual blocks with batch normalisation; models.MODELS["resnet8"]) is
+# trained with focal loss at five gammas with the CNN's optimiser and schedule on 1 500 images for 8
+# epochs (a run: 25-29 s alone, 5-9 s of them the curvature; 18 s of training reach 76-77 % test
+# accuracy).
+ARCHITECTURE_GAMMAS = (0.0, 1.0, 2.0, 3.0, 5.0)
+CPU_ARCHITECTURE_TRAIN = {"epochs": 8, "train_subset": 1500, "eval_subset": 2000, "batch_size": 32,
+                          "schedule": "paper_cifar", "optimizer": "sgd", "lr": 0.05, "device": "auto",
+                          "record_subset": 250, **NETWORK_CURVATURE}
 
 #: the smoke profile's curvature runs: two gammas and one tau, enough to execute the chapter
 SMOKE_CURVATURE_LOSSES = sum(curvature_losses((0.0, 3.0), (1e-2,)), ())
@@ -285,6 +298,8 @@ def _gpu_blocks(train: dict[str, Any], fig1: dict[str, Any], clipped: dict[str, 
               posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP, role="curvature"),
         Block(["cifar10"], ["mlp"], curvature_losses()[1], analysis_seeds[:2], train=GPU_CURVATURE_TRAIN,
               posthoc=SMOKE_POSTHOC, model_params=GPU_CURVATURE_MLP, role="curvature"),
+        Block(["cifar10"], ["resnet8"], curvature_losses(ARCHITECTURE_GAMMAS, ())[0], analysis_seeds[:2],
+              train={**train, **NETWORK_CURVATURE}, posthoc=SMOKE_POSTHOC, role="architecture"),
         *psi_blocks(GPU_PSI_TRAIN, GPU_PSI_SMALL_DATA_TRAIN, analysis_seeds[:2], dataset="cifar10",
                     in_features=CIFAR_INPUTS),
         Block(["cifar10"], ["resnet50"], (LABEL_SMOOTHING_01,), seeds, train=train, role="ablation"),
@@ -346,6 +361,9 @@ PROFILES: dict[str, Profile] = {
          Block(["fashion_mnist"], ["mlp"], SMOKE_CURVATURE_LOSSES, [0],
                train=SMOKE_CURVATURE_TRAIN, posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP,
                role="curvature"),
+         Block(["fashion_mnist"], ["resnet8"], SMOKE_CURVATURE_LOSSES[:2], [0], posthoc=SMOKE_POSTHOC,
+               train={**SMOKE_TRAIN, "curvature_samples": 32, "curvature_iters": 3, "curvature_probes": 2},
+               role="architecture"),
          Block(["fashion_mnist"], ["cnn"], SMOKE_LENGTH_LOSSES, [0], train=SMOKE_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC, role="length"),
          *psi_blocks(SMOKE_PSI_TRAIN, {**SMOKE_PSI_TRAIN, "train_subset": 128}, [0],
@@ -368,6 +386,8 @@ PROFILES: dict[str, Profile] = {
                posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP, role="curvature"),
          Block(["fashion_mnist"], ["mlp"], curvature_losses()[1], [0, 1], train=CPU_CURVATURE_TRAIN,
                posthoc=SMOKE_POSTHOC, model_params=CURVATURE_MLP, role="curvature"),
+         Block(["fashion_mnist"], ["resnet8"], curvature_losses(ARCHITECTURE_GAMMAS, ())[0], [0, 1],
+               train=CPU_ARCHITECTURE_TRAIN, posthoc=SMOKE_POSTHOC, role="architecture"),
          Block(["fashion_mnist"], ["cnn"], LENGTH_LOSSES, [0, 1, 2], train=CPU_LENGTH_TRAIN,
                posthoc=SMOKE_POSTHOC, role="length"),
          *psi_blocks(CPU_PSI_TRAIN, CPU_PSI_SMALL_DATA_TRAIN, [0, 1]),

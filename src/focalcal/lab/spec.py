@@ -141,6 +141,8 @@ ROLES: dict[str, str] = {
     "comparison": "the papers' loss comparison on one network (mukhoti_fmnist, zhou_fmnist, fmnist_focal_ts)",
     "synthetic": "tasks with a known posterior (synthetic_properness)",
     "curvature": "focal loss and the Tr(H) penalty, with the Hessian measured (curvature_measured)",
+    "architecture": "focal loss across gamma on one more kind of network, with the Hessian measured "
+                    "(curvature_measured's networks)",
     "length": "logits saved after growing numbers of epochs (when_focal_helps)",
     "psi": "focal loss and Psi across capacity and data size (psi_capacity)",
     "ablation": "the comparison's network with one setting of a loss changed (zhou_fmnist's confidence "
