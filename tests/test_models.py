@@ -7,8 +7,8 @@ import torch
 import torchvision
 from torch import nn
 
-from focalcal.lab.models import (MLP, MODEL_TITLES, MODELS, SmallCNN, cifar_resnet, count_parameters, last_linear,
-                             make_model)
+from focalcal.lab.models import (MLP, MODEL_TITLES, MODELS, SmallCNN, cifar_resnet, count_parameters,
+                                 last_linear, make_model)
 
 
 def _bn(c: int) -> int:
