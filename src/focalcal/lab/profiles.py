@@ -474,7 +474,7 @@ def shrink(profile: Profile, *, epochs: int = 1, train_subset: int = 32, eval_su
             t["record_subset"] = max(1, eval_subset // 2)
         if t.get("curvature_samples"):
             # a few samples and steps: on a CPU a ResNet-50 Hessian-vector product costs ~0.5 s per
-            # sample, and 32 samples x 5 products took 79 s of a 92 s shrunk run (160 s with focal loss)
+            # sample: 32 samples x 5 products took 79 s of a 92 s shrunk run (focal loss measures two losses)
             t.update(curvature_samples=min(eval_subset, 4), curvature_iters=2, curvature_probes=2)
         for model in b.models:
             blocks.append(Block(b.datasets, [model], chosen, list(b.seeds)[:1], train=t,
