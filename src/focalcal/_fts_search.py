@@ -54,14 +54,16 @@ exact score found (branch and bound over temperature intervals, one path per gam
   (:func:`binned_lower_bound`). The NLL is bounded row by row.
 * Every path is cut into boxes of ``_FIRST_STEP`` temperatures; a box whose bound does not exceed
   the best exact score of its group (plus the tie tolerance) is split at its middle temperature,
-  whose own point bound is computed; at every level the live point of smallest estimated score of
-  every path is evaluated exactly, which lowers the threshold. Points whose bound stays below the
-  final threshold are evaluated exactly at the end, in order of their bound. A point is discarded
-  only when its bound exceeds ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the
-  selection) by a margin of ``1e-9`` that covers the rounding of the bounds, so the pair selected
-  among the evaluated ones, with the tie rule, is the pair the full exact search selects. The
-  pairs whose bound stays below the best score are evaluated exactly: 14-58 of the paper's 4500
-  on the released networks in one run of ``bench/bench_posthoc.py``, which counts them).
+  whose own point bound is computed (a half of at most ``_POINT_WIDTH`` steps is not bounded as a
+  box: its interior points get their point bounds at once); at every level the live point of
+  smallest estimated score of every path is evaluated exactly, which lowers the threshold. Points
+  whose bound stays below the final threshold are evaluated exactly at the end, in one batch (the
+  pairs of one temperature share its work). A point is discarded only when its bound exceeds
+  ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the selection) by a margin of ``1e-9``
+  that covers the rounding of the bounds, so the pair selected among the evaluated ones, with the
+  tie rule, is the pair the full exact search selects. The pairs whose bound stays below the best
+  score are evaluated exactly: 14-58 of the paper's 4500 on the released networks in one run of
+  ``bench/bench_posthoc.py``, which counts them).
 
 Both methods run their row blocks on ``torch.get_num_threads()`` worker threads with torch's own
 intra-op threading off for the duration (blocks are cache-sized and independent; on a loaded
@@ -99,6 +101,12 @@ _MIN_EXP = -700.0
 BIG_GAMMA = 600.0
 # temperatures per first-level box of the branch and bound
 _FIRST_STEP = 64
+# boxes of at most this many temperature steps are not bounded: their interior points are (a box
+# bound costs what a point bound costs, and three in four of those of 2 steps failed to discard
+# their box on the benchmark problems)
+_POINT_WIDTH = 2
+# the equal-mass bounds count rows in at most 2**_MASS_BITS buckets of confidence (_bin_ranges)
+_MASS_BITS = 14
 # the bounds group the non-top classes (ordered by gap) into runs of adjacent columns: the first
 # _SINGLE one by one, then runs _GROWTH times longer each (K = 100: 1, 1, 2, 6, 16, 39, 34 classes);
 # more groups tighten the bounds and cost more per bound (measured in bench/bench_posthoc.py)
@@ -463,26 +471,41 @@ def confidence_bounds(lr_lo: torch.Tensor, lr_hi: torch.Tensor) -> tuple[torch.T
             torch.sigmoid(lr_lo.clamp(_MIN_EXP, -_MIN_EXP).neg_()))
 
 
+def _order_key(c: torch.Tensor) -> torch.Tensor:
+    """An ``int64`` key of confidences in ``[0, 1]`` (float64) that is exactly non-decreasing in them.
+
+    The bit pattern of a non-negative double increases with its value; above 1/2 the key counts
+    down the bits of ``1 - c``, exact there (Sterbenz), so that confidences near 1 stay apart.
+    """
+    half = int(torch.tensor(0.5, dtype=torch.float64).view(torch.int64))
+    c = c.contiguous()
+    return torch.where(c >= 0.5, 2 * half - (1 - c).view(torch.int64), c.view(torch.int64))
+
+
 def _bin_ranges(prob: Problem, c_lo: torch.Tensor, c_hi: torch.Tensor, n_bins: int,
                 binning: str) -> tuple[torch.Tensor, torch.Tensor]:
     """First and last bin that a confidence in ``[c_lo, c_hi]`` may fall in, per row, ``(M, rows)``.
 
     Equal-width bins are those of :func:`focalcal.metrics.calibration_error`. An equal-mass bin is
-    ``(count(x_j <= x_i) - 1) * n_bins // N``; the count is at least the samples of the rows whose
-    whole interval lies at or below ``c_lo_i`` (and row ``i``'s own), at most those whose interval
-    starts at or below ``c_hi_i``.
+    ``(count(x_j <= x_i) - 1) * n_bins // N``. Row ``i``'s count is at least its own samples plus
+    those of the rows whose interval lies in a lower bucket than ``c_lo_i`` (so wholly below it),
+    at most those of the rows whose interval starts in ``c_hi_i``'s bucket or a lower one. The
+    buckets are ranges of :func:`_order_key`, at most ``2**_MASS_BITS``; coarser buckets only
+    widen the ranges, and no sort is needed.
     """
     if binning == "width":
         return _width_index(c_lo, n_bins), _width_index(c_hi, n_bins)
+    m = c_lo.shape[0]
+    k_lo, k_hi = _order_key(c_lo), _order_key(c_hi)
+    base = k_lo.amin(-1, keepdim=True)
+    span = int((k_hi - base).max())
+    shift = max(0, span.bit_length() - _MASS_BITS)
+    b_lo, b_hi = (torch.bitwise_right_shift(k - base, shift) for k in (k_lo, k_hi))
     w = prob.weights.expand_as(c_lo)
-
-    def count_le(ends: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # samples with ends <= x
-        srt, order = torch.sort(ends, -1)
-        cw = torch.cat([torch.zeros_like(srt[:, :1]), w.gather(-1, order).cumsum(-1)], -1)  # exact: counts
-        return cw.gather(-1, torch.searchsorted(srt, x.contiguous(), right=True))
-
-    lo_count = count_le(c_hi, c_lo) + torch.where(c_hi > c_lo, w, torch.zeros_like(w))
-    hi_count = count_le(c_lo, c_hi)
+    hist_hi, hist_lo = (torch.zeros(m, (span >> shift) + 1, dtype=torch.float64, device=c_lo.device)
+                        .scatter_add_(1, b, w) for b in (b_hi, b_lo))
+    lo_count = (hist_hi.cumsum(-1) - hist_hi).gather(1, b_lo) + w  # exact: sums of counts
+    hi_count = hist_lo.cumsum(-1).gather(1, b_hi)
     return tuple((c.round().long() - 1) * n_bins // prob.n for c in (lo_count, hi_count))
 
 
@@ -674,10 +697,16 @@ class _Search:
             lb, _ = self.bounds(boxes)
             nxt, mids = [], []
             for (s, a, b), v in zip(boxes, lb):
-                if self.alive(s, v):
-                    m = (a + b) // 2
-                    nxt += [bx for bx in ((s, a, m), (s, m, b)) if bx[2] - bx[1] >= 2]
-                    mids.append((s, m))
+                if not self.alive(s, v):
+                    continue
+                m = (a + b) // 2
+                halves = [(s, a, m), (s, m, b)]
+                mids.append((s, m))
+                for bx in halves:  # a small box's interior points are bounded directly
+                    if bx[2] - bx[1] > _POINT_WIDTH:
+                        nxt.append(bx)
+                    else:
+                        mids += [(s, i) for i in range(bx[1] + 1, bx[2])]
             self.point_bounds(mids)
             boxes = nxt
             live = {float(self.paths[s].temps[i]) for s, a, b in boxes for i in (a, b)}
