@@ -3,7 +3,8 @@
 The fresh venv sees exactly the distributions the wheel declares (numpy, scipy, torch and what
 they need), linked from this project's `.venv` so that nothing is downloaded or copied: a missing
 declaration or an import of an undeclared package (pandas, matplotlib, sympy, ...) fails here.
-A second venv installs the oldest torch that pyproject.toml admits and runs the library's tests.
+Two more venvs run tests on the oldest releases admitted: torch (the library's tests) and
+scikit-learn (the calibrators' scikit-learn tests).
 """
 
 from __future__ import annotations
@@ -173,20 +174,37 @@ def test_smoke_sweep_runs_from_the_wheel_outside_the_checkout(lab_python, tmp_pa
     assert Path(where.strip()).is_relative_to(_site_packages(lab_python)), where
 
 
-def _readme_library_snippet() -> str:
+def _readme_snippet(marker: str) -> str:
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- library-snippet -->\s*```python\n(.*?)```", text, re.S)
-    assert m, "README.md must mark its library snippet with <!-- library-snippet -->"
+    m = re.search(rf"<!-- {marker} -->\s*```python\n(.*?)```", text, re.S)
+    assert m, f"README.md must mark its snippet with <!-- {marker} -->"
     return m.group(1)
 
 
-def test_readme_snippet_runs_from_the_wheel_outside_the_checkout(bare_python, tmp_path):
+def _run_snippet_outside_the_checkout(python: Path, marker: str, tmp_path: Path) -> str:
     script = tmp_path / "snippet.py"
-    script.write_text(_readme_library_snippet() + "\nimport focalcal\nprint('FROM', focalcal.__file__)\n")
-    out = _run([bare_python, script], cwd=tmp_path).stdout
+    script.write_text(_readme_snippet(marker) + "\nimport focalcal\nprint('FROM', focalcal.__file__)\n")
+    out = _run([python, script], cwd=tmp_path).stdout
     where = Path(out.split("FROM", 1)[1].strip())
     assert ROOT / "src" not in where.parents, f"focalcal was imported from the checkout: {where}"
     assert "site-packages" in where.parts
+    return out
+
+
+def test_readme_snippet_runs_from_the_wheel_outside_the_checkout(bare_python, tmp_path):
+    _run_snippet_outside_the_checkout(bare_python, "library-snippet", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def sklearn_python(wheel) -> Path:
+    """A fresh venv with the wheel, its declared dependencies and scikit-learn (linked)."""
+    return _venv_with_wheel(wheel, "sklearn", _core_requirements(wheel) + ["scikit-learn"])
+
+
+def test_readme_scikit_learn_snippet_runs_from_the_wheel_outside_the_checkout(sklearn_python, tmp_path):
+    """make_pipeline, check_is_fitted and GridSearchCV with a proper scorer, as the README shows them."""
+    out = _run_snippet_outside_the_checkout(sklearn_python, "sklearn-snippet", tmp_path)
+    assert "{'criterion':" in out, out
 
 
 def test_bare_install_has_no_extras(bare_python, tmp_path):
@@ -271,3 +289,36 @@ def test_library_tests_pass_on_the_oldest_torch(wheel):
                  "-c", ROOT / "pyproject.toml", "--rootdir", ROOT,
                  *[ROOT / "tests" / t for t in LIBRARY_TESTS]], cwd=BUILD, timeout=1800)
     assert re.search(r"\d+ passed", proc.stdout), proc.stdout[-2000:]
+
+
+# --------------------------------------------------------------------------------------------
+# the oldest scikit-learn the test extra admits
+# --------------------------------------------------------------------------------------------
+
+def test_scikit_learn_tests_pass_on_the_oldest_scikit_learn(wheel):
+    """tests/test_posthoc_sklearn.py against the installed wheel and the oldest scikit-learn of the
+    ``test`` extra (downloaded once from the package index; torch and its dependencies linked)."""
+    (spec,) = [r for r in _extra_requirements(wheel, "test") if Requirement(r).name == "scikit-learn"]
+    lower = [s.version for s in Requirement(spec).specifier if s.operator == ">="]
+    assert lower, f"scikit-learn must have a lower bound in the test extra, got {spec!r}"
+    version = lower[0] + ".0" if lower[0].count(".") == 1 else lower[0]
+    home = BUILD / f"venv-sklearn-{version}"
+    python = home / "bin" / "python"
+    stamp = home / ".sklearn-installed"
+    if not stamp.exists():
+        _fresh_venv(home)
+        # scikit-learn before 1.4.2 imports names that NumPy 2 removed: its users have NumPy 1
+        _run([python, "-m", "pip", "install", "--quiet", f"scikit-learn=={version}", "numpy<2",
+              f"pytest=={md.version('pytest')}"], timeout=1800)
+        stamp.touch()
+    deps = BUILD / "deps-sklearn-oldest"
+    subprocess.run(["rm", "-rf", str(deps)], check=True)
+    _link_distributions(_closure(["torch"]) - {"numpy"}, deps)
+    (_site_packages(python) / "focalcal-deps.pth").write_text(f"{deps}\n")
+    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel])
+    probe = "import focalcal, sklearn; print(sklearn.__version__, focalcal.__file__)"
+    got, where = _run([python, "-c", probe], cwd=BUILD).stdout.split()
+    assert got == version and ROOT / "src" not in Path(where).parents, (got, where)
+    proc = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", ROOT / "pyproject.toml",
+                 "--rootdir", ROOT, ROOT / "tests" / "test_posthoc_sklearn.py"], cwd=BUILD, timeout=1800)
+    assert re.search(r"\d+ passed", proc.stdout) and " skipped" not in proc.stdout, proc.stdout[-2000:]

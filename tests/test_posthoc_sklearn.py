@@ -5,7 +5,7 @@ calibrator as the last step), ``GridSearchCV`` over a calibrator's parameters wi
 and ``pickle``; ``predict_proba`` returns the input's array type; the ``NotFittedError`` raised is a
 subclass of scikit-learn's. Without it the error is still a ``ValueError`` and ``AttributeError``,
 and importing ``focalcal.posthoc`` never imports scikit-learn. These tests run on the venv's
-scikit-learn and on the oldest release the ``test`` extra admits (see the report of issue 21).
+scikit-learn and on the oldest release the ``test`` extra admits (``tests/test_packaging.py``).
 """
 
 from __future__ import annotations
