@@ -62,7 +62,7 @@ exact score found (branch and bound over temperature intervals, one path per gam
   ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the selection) by a margin of ``1e-9``
   that covers the rounding of the bounds, so the pair selected among the evaluated ones, with the
   tie rule, is the pair the full exact search selects. The pairs whose bound stays below the best
-  score are evaluated exactly: 14-58 of the paper's 4500 on the released networks in one run of
+  score are evaluated exactly: 14-59 of the paper's 4500 on the released networks in one run of
   ``bench/bench_posthoc.py``, which counts them).
 
 Both methods run their row blocks on ``torch.get_num_threads()`` worker threads with torch's own
