@@ -9,7 +9,7 @@ from focalcal.lab import profiles, runfolder, sweep
 from focalcal.lab.data import DATASETS
 from focalcal.lab.models import MODEL_TITLES, MODELS
 from focalcal.lab.results import runs_for
-from focalcal_book.pages import other_settings, run_setting
+from focalcal_book.pages import optimizer_text, other_settings, run_setting
 
 
 def _write(tmp_path, run, dataset, model):
@@ -70,3 +70,11 @@ def test_glue_values_glues_names_as_a_list_and_flags_as_words(monkeypatch):
     assert glued["count"] == 3 and type(glued["count"]) is int
     assert glued["value"] == 0.5 and type(glued["value"]) is float
     assert glued["text"] == "as is"
+
+
+def test_optimizer_text_gives_a_momentum_to_sgd_only():
+    """The trainer keeps a momentum setting whatever the optimiser; only SGD uses it (a page once
+    read 'ADAM (momentum 0.9)')."""
+    assert optimizer_text({"optimizer": "sgd", "momentum": 0.9}) == "SGD (momentum 0.9)"
+    assert optimizer_text({"optimizer": "adam", "momentum": 0.9}) == "Adam"
+    assert optimizer_text({"optimizer": "adamw", "momentum": 0.9}) == "AdamW"

@@ -6,8 +6,8 @@
 - :func:`run_setting` says, for prose, what data and network a sweep's run trained on (the
   experiment pages read any profile's runs, so they never name a data set themselves), and
   :func:`build_values` what a page was built from (with :func:`other_settings`, the settings of
-  the profile it leaves out), and :func:`runs_label` names the folder without the builder's
-  absolute path.
+  the profile it leaves out), :func:`runs_label` names the folder without the builder's
+  absolute path, and :func:`optimizer_text` names a run's optimiser.
 
 The verdict tables themselves come from :meth:`focalcal_book.verify.Ledger.show`.
 """
@@ -81,6 +81,16 @@ def build_values(out: str | Path, shown, *, role: str | None = None, results=Non
     if role is not None:
         values["build_others"] = other_settings(out, role, results, shown)
     return values
+
+
+_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
+
+
+def optimizer_text(trainer: Mapping[str, Any]) -> str:
+    """A run's optimiser for prose (Markdown), from its trainer settings: ``SGD (momentum 0.9)``,
+    ``Adam``; the momentum is an SGD setting, which the trainer ignores for the others."""
+    name = _OPTIMIZERS.get(trainer["optimizer"], f"`{trainer['optimizer']}`")
+    return f"{name} (momentum {trainer['momentum']:g})" if trainer["optimizer"] == "sgd" else name
 
 
 def runs_label(out: str | Path) -> str:
