@@ -259,11 +259,16 @@ def test_readme_says_how_to_install_without_a_gpu_and_what_the_extras_add():
 # the oldest torch pyproject.toml admits
 # --------------------------------------------------------------------------------------------
 
+def _lower_bound(spec: str) -> str:
+    """The ``>=`` version of a requirement, with its patch number (``2.13`` -> ``2.13.0``)."""
+    lower = [s.version for s in Requirement(spec).specifier if s.operator == ">="]
+    assert lower, f"{Requirement(spec).name} must have a lower bound in pyproject.toml, got {spec!r}"
+    return lower[0] + ".0" if lower[0].count(".") == 1 else lower[0]
+
+
 def _oldest_torch(wheel: Path) -> str:
     (spec,) = [r for r in _core_requirements(wheel) if Requirement(r).name == "torch"]
-    lower = [s.version for s in Requirement(spec).specifier if s.operator == ">="]
-    assert lower, f"torch must have a lower bound in pyproject.toml, got {spec!r}"
-    return lower[0] + ".0" if lower[0].count(".") == 1 else lower[0]
+    return _lower_bound(spec)
 
 
 LIBRARY_TESTS = ("test_maps.py", "test_losses.py")
@@ -299,9 +304,7 @@ def test_scikit_learn_tests_pass_on_the_oldest_scikit_learn(wheel):
     """tests/test_posthoc_sklearn.py against the installed wheel and the oldest scikit-learn of the
     ``test`` extra (downloaded once from the package index; torch and its dependencies linked)."""
     (spec,) = [r for r in _extra_requirements(wheel, "test") if Requirement(r).name == "scikit-learn"]
-    lower = [s.version for s in Requirement(spec).specifier if s.operator == ">="]
-    assert lower, f"scikit-learn must have a lower bound in the test extra, got {spec!r}"
-    version = lower[0] + ".0" if lower[0].count(".") == 1 else lower[0]
+    version = _lower_bound(spec)
     home = BUILD / f"venv-sklearn-{version}"
     python = home / "bin" / "python"
     stamp = home / ".sklearn-installed"
