@@ -5,7 +5,7 @@ bound cannot rule out; ``method="exact"`` scores every pair. The selected ``(gam
 the same and its score the same to 1e-12, on the 17 released networks (local copies of the
 published logits, never downloaded here), on random problems, and on adversarial ones: ties
 (duplicated rows, tied logits, repeated grid values, all-equal scores), saturated rows (logits
-+-1e4), K = 2 and K = 1000. The bounds themselves are checked against the exact score grid.
++-1e4), K = 2, K = 1000 and 10k x 1000. The bounds themselves are checked against the exact score grid.
 These tests check correctness only; speed is measured by ``bench/bench_posthoc.py``.
 """
 
@@ -265,3 +265,12 @@ def test_binned_bound_of_exact_confidences_is_the_calibration_error(binning):
         lb = fts.binned_lower_bound(prob, per_row[None], per_row[None], 15, binning)
         assert float(lb[0]) <= exact + 1e-12
         assert float(lb[0]) == pytest.approx(exact, abs=1e-9)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("criterion", CRITERIA)
+def test_ten_thousand_rows_of_a_thousand_classes(criterion):
+    """10k x 1000 (float32, like a network's output) with the paper's gammas and every tenth of its
+    temperatures (0.05 .. 4.95): the exact search scores 450 pairs of 10M logits each."""
+    z, y = _problem(10_000, 1000, 17, scale=2.0, dtype=torch.float32)
+    _assert_same_selection(*_fit_both(z, y, temperatures=KK_TEMPERATURES[4::10], criterion=criterion))
