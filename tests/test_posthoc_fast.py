@@ -5,8 +5,8 @@ bound cannot rule out; ``method="exact"`` scores every pair. The selected ``(gam
 the same and its score the same to 1e-12, on the 17 released networks (local copies of the
 published logits, never downloaded here), on random problems, and on adversarial ones: ties
 (duplicated rows, tied logits, repeated grid values, all-equal scores), saturated rows (logits
-+-1e4), K = 2, K = 1000 and 10k x 1000. The bounds themselves are checked against the exact score grid.
-These tests check correctness only; speed is measured by ``bench/bench_posthoc.py``.
++-1e4), K = 2, K = 1000 and 10k x 1000. The bounds themselves are checked against the exact
+score grid. These tests check correctness only; speed is measured by ``bench/bench_posthoc.py``.
 """
 
 from __future__ import annotations
