@@ -246,7 +246,8 @@ def test_torchmetrics_difference_on_real_data_is_float32(real):
     probs32 = torch.softmax(logits.float(), -1)
     conf, pred = probs32.max(-1)
     idx = torch.bucketize(conf, torch.linspace(0, 1, 16), right=True) - 1
-    n, s, a = (torch.zeros(16).scatter_add_(0, idx, v) for v in (torch.ones_like(conf), conf, (pred == labels).float()))
+    n, s, a = (torch.zeros(16).scatter_add_(0, idx, v)
+               for v in (torch.ones_like(conf), conf, (pred == labels).float()))
     float32_sums = float(((torch.nan_to_num(s / n) - torch.nan_to_num(a / n)).abs() * n / len(conf)).sum())
     assert tm == pytest.approx(float32_sums, abs=1e-12)
     assert M.ece(probs=probs32.double(), labels=labels) == pytest.approx(ours, abs=1e-9)
