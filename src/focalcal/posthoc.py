@@ -150,6 +150,7 @@ from ._validation import (
     check_logits,
 )
 from . import _calibrators as _cal
+from . import _fts_bounds as _fast
 from . import _fts_search as _fts
 from ._calibrators import SearchRangeWarning
 from ._binning import HistogramBinning, IsotonicCalibration
@@ -620,8 +621,8 @@ class FocalTemperatureScaling(_Calibrator):
             grid = _fts.grid_scores(prob, self._temperatures, self._gammas, self.criterion, self._n_bins, pool)
             self.scores_ = grid
             return g_all, t_all, dict(enumerate(grid.reshape(-1).tolist()))
-        paths = _fts.product_paths(gammas, temps)
-        return g_all, t_all, _fts.fast_scores(prob, paths, self.criterion, self._n_bins, pool)[0]
+        paths = _fast.product_paths(gammas, temps)
+        return g_all, t_all, _fast.fast_scores(prob, paths, self.criterion, self._n_bins, pool)[0]
 
     def _line(self, t1: float, t2: float) -> tuple[torch.Tensor, torch.Tensor]:
         """The line of the 3m search through ``(g1, t1)`` and ``(g2, t2)``: its ``m`` pairs."""
@@ -638,8 +639,8 @@ class FocalTemperatureScaling(_Calibrator):
         m, anchors = len(temps), self._line_gammas
         crit, nb = self.criterion, self._n_bins
         if fast:
-            paths = _fts.product_paths(np.array(anchors), temps, group=0)  # one threshold per anchor
-            ev = _fts.fast_scores(prob, paths, crit, nb, pool)[0]
+            paths = _fast.product_paths(np.array(anchors), temps, group=0)  # one threshold per anchor
+            ev = _fast.fast_scores(prob, paths, crit, nb, pool)[0]
         else:
             cols = _fts.exact_scores(prob, temps.tolist(), [list(anchors)] * m, crit, nb, pool)
             ev = {a * m + j: float(c[a]) for j, c in enumerate(cols) for a in range(2)}
@@ -650,8 +651,8 @@ class FocalTemperatureScaling(_Calibrator):
             t_best.append(float(temps[idx[_fts.select(s, np.full(len(idx), g), temps[idx - a * m])] - a * m]))
         g_line, t_line = self._line(*t_best)
         if fast:
-            line = _fts.Path(t_line.numpy(), g_line.numpy(), 2 * m + np.arange(m))
-            ev.update(_fts.fast_scores(prob, [line], crit, nb, pool)[0])
+            line = _fast.Path(t_line.numpy(), g_line.numpy(), 2 * m + np.arange(m))
+            ev.update(_fast.fast_scores(prob, [line], crit, nb, pool)[0])
         else:
             cols = _fts.exact_scores(prob, t_line.tolist(), [[g] for g in g_line.tolist()], crit, nb, pool)
             ev.update({2 * m + j: float(c[0]) for j, c in enumerate(cols)})

@@ -1,0 +1,560 @@
+r"""The fast exact selection of the focal-temperature-scaling search (``method="fast"``).
+
+Private; used by :mod:`focalcal.posthoc`. The prepared fitting set (:class:`Problem`), the exact
+kernel and its formulas are in ``focalcal._fts_search``.
+
+The selected pair is the exact search's, and its score the exact kernel's; most grid points are
+never evaluated exactly, because a cheap *lower bound* of their score already exceeds the best
+exact score found (branch and bound over temperature intervals, one path per gamma):
+
+* A bound over a box ``[gamma_a, gamma_b] x [T_a, T_b]`` needs, at ``T_a`` and ``T_b``, per row
+  the sums of ``w_j`` over groups of classes of adjacent gaps (the first ones alone, then runs of
+  growing length, ``focalcal._fts_search.group_starts``) -- one pass over the classes per temperature
+  (:func:`group_sums`). Every factor of ``rho`` is monotone in ``beta`` (``w_j``, ``E``, ``q_t``,
+  ``r_t``, and the range of each ``q_j``) and, for fixed ``q``, in ``gamma``; and
+  :math:`h^\gamma(q)/q = (1-q)^{-\gamma}/(1+\gamma f(q))` with :math:`f(q) = -q\log q/(1-q)`
+  increasing is a product of two factors each monotone in ``q`` and in ``gamma``. So each factor's
+  range over the box (and over a group's ``q``) is attained at a corner that the sign of
+  ``gamma`` names, and the products of the ranges bound ``rho`` for every row, hence the
+  confidence (:func:`row_bounds`).
+* At a single ``(gamma, T)`` whose bound does not discard it, the rows are bounded again with
+  second-order group sums (:func:`_point_sums`: Jensen's inequality and the chord over each group's
+  ``f``, with the sums of ``w_j^2`` and ``w_j^2 beta delta_j`` that :func:`group_sums` also
+  returns). The worst case over a group's ``q`` loses terms of first order in ``gamma``: on 10k x
+  100 N(0, 9) logits it left 200 of the 4500 pairs to the exact NLL, the second-order sums 51.
+* Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|`` (the
+  triangle inequality over bins, for equal-width and equal-mass bins alike). At a single
+  temperature the confidence intervals are narrow enough for a sharper bound: rows whose possible
+  bins lie in one run of bins count in that run's sum, the others cost their largest error
+  (:func:`binned_lower_bound`). The NLL is bounded row by row.
+* Every path is cut into boxes of ``_FIRST_STEP`` temperatures; a box whose bound does not exceed
+  the best exact score of its group (plus the tie tolerance) is split at its middle temperature,
+  whose own point bound is computed (a half of at most ``_POINT_WIDTH`` steps is not bounded as a
+  box: its interior points get their point bounds at once); at every level the live point of
+  smallest estimated score of every path is evaluated exactly, which lowers the threshold. Points
+  whose bound stays below the final threshold are evaluated exactly at the end, in one batch (the
+  pairs of one temperature share its work). A point is discarded only when its bound exceeds
+  ``best + 1e-12 * max(1, |best|)`` (the tie tolerance of the selection) by a margin of ``1e-9``
+  that covers the rounding of the bounds, so the pair selected among the evaluated ones, with the
+  tie rule, is the pair the full exact search selects. The pairs whose bound stays below the best
+  score are evaluated exactly: 9-50 of the paper's 4500 on the released networks, for the three
+  criteria (``bench/bench_posthoc.py`` counts them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._fts_search import (BIG_GAMMA, TIE_RTOL, _MIN_EXP, _MIN_U, Problem, _map, _run_parts, exact_scores,
+                          one_minus_r, softplus)
+from .metrics.binned import _width_index
+
+# a pair is discarded only if its lower bound exceeds the tie threshold by this (relative) margin
+_MARGIN = 1e-9
+# the point bounds raise the runner-up's q to e^this (_at_point)
+_POINT_MIN_LOG_C = -30.0
+# temperatures per first-level box of the branch and bound
+_FIRST_STEP = 64
+# boxes of at most this many temperature steps are not bounded: their interior points are (a box
+# bound costs what a point bound costs, and three in four of those of 2 steps failed to discard
+# their box on the benchmark problems)
+_POINT_WIDTH = 2
+# the equal-mass bounds count rows in at most 2**_MASS_BITS buckets of confidence (_bin_ranges)
+_MASS_BITS = 14
+
+__all__ = ["BIG_GAMMA", "Path", "box_bounds", "binned_lower_bound", "fast_scores", "group_sums", "product_paths",
+           "row_bounds", "Terms"]
+
+# ============================================================================================
+# lower bounds over boxes of (gamma, T)
+# ============================================================================================
+
+def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
+    """Per temperature, ``(3, groups, rows)``: over each group of classes the sums of ``w_j``, of
+    ``w_j^2`` and of ``w_j^2 beta delta_j`` (the one pass over all classes that a bound needs; the
+    last two serve the point bounds, :func:`_point_sums`)."""
+    out = [torch.empty(3, len(prob.starts), prob.rows, dtype=torch.float64, device=prob.device) for _ in temps]
+    group = torch.repeat_interleave(torch.arange(len(prob.starts), device=prob.device),
+                                    torch.tensor(prob.ends, device=prob.device) - torch.tensor(prob.starts, device=prob.device))
+
+    def part(b0: int, b1: int) -> None:
+        for blk in range(b0, b1):
+            sl = prob.block(blk)
+            dd = prob.dd_t[blk]  # (classes, rows of the block): a group is a run of leading rows
+            for t, o in zip(temps, out):
+                u = torch.mul(dd, -1.0 / t).clamp_(min=_MIN_U)  # log w_j
+                w = torch.exp(u)
+                w2 = w * w
+                for m, x in enumerate((w, w2, u.mul_(w2))):  # exact sums, in class order
+                    o[m, :, sl] = torch.zeros_like(o[m, :, sl]).index_add_(0, group, x, alpha=-1 if m == 2 else 1)
+
+    _run_parts(pool, part, prob.n_blocks)
+    return out
+
+
+@dataclass
+class Terms:
+    """Per-row quantities at one temperature: ``beta``, ``-beta delta_1``, ``log(1+E)``,
+    ``log(1 - q_t)``, ``r_t`` and the group sums of :func:`group_sums` (``ws``: of ``w_j``)."""
+
+    beta: float
+    c1: torch.Tensor
+    sp: torch.Tensor
+    lu: torch.Tensor
+    r: torch.Tensor
+    ws: torch.Tensor    # (groups, rows)
+    w2: torch.Tensor    # (groups, rows)
+    w2u: torch.Tensor   # (groups, rows)
+    point: _AtPoint | None = None  # what the point bounds at this temperature share (_at_point)
+
+    @classmethod
+    def at(cls, prob: Problem, t: float, sums: torch.Tensor) -> Terms:
+        beta = 1.0 / t
+        c1 = prob.d1 * -beta
+        ws, w2, w2u = sums
+        log_e = torch.log(ws.sum(0)) + c1
+        sp = softplus(log_e)
+        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws, w2, w2u)
+
+
+def _q_ends(lq_lo: torch.Tensor, lq_hi: torch.Tensor) -> list[torch.Tensor]:
+    """``log(1 - q)`` and ``f(q) = -q log q / (1 - q)`` at the lower and upper ends of ``q`` ranges."""
+    out = []
+    for lq in (lq_lo, lq_hi):
+        lq = lq.clamp(min=_MIN_EXP)
+        q = torch.exp(lq)
+        omq = 1 - q
+        out += [torch.log(omq), q.mul_(lq).div_(omq).neg_()]
+    return out  # l1_lo, f_lo, l1_hi, f_hi  (l1_lo >= l1_hi, f_lo <= f_hi)
+
+
+def _g_min(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
+    r"""Lower end of :math:`h^\gamma(q)/q = (1-q)^{-\gamma} / (1 + \gamma f(q))` over a box.
+
+    ``ends`` from :func:`_q_ends`, ``[gl, gh]`` the box's gammas. ``-gamma log(1-q)`` increases
+    with ``gamma``, and with ``q`` iff ``gamma > 0``; ``1 + gamma f`` increases with ``gamma``, and
+    with ``q`` iff ``gamma > 0``; so each extreme is at one corner, which the signs name.
+    """
+    l1_lo, f_lo, l1_hi, f_hi = ends
+    den_max = 1 + gh * (f_hi if gh >= 0 else f_lo)
+    return den_max.reciprocal_() if gl == 0 else torch.exp(-gl * (l1_lo if gl > 0 else l1_hi)).div_(den_max)
+
+
+def _g_max(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
+    """Upper end of ``h^gamma(q)/q`` over a box (see :func:`_g_min`)."""
+    l1_lo, f_lo, l1_hi, f_hi = ends
+    den_min = 1 + gl * (f_lo if gl >= 0 else f_hi)
+    return den_min.reciprocal_() if gh == 0 else torch.exp(-gh * (l1_hi if gh > 0 else l1_lo)).div_(den_min)
+
+
+@dataclass
+class _AtPoint:
+    """Per group and row at one temperature: the ends of :func:`_q_ends` and ``q_hi``, ``1 - q_hi``,
+    :math:`C\\sum_j w_j^2 = \\sum_j w_j q_j` and the lower and upper estimates ``F``, ``F/(1-q_hi)``
+    of the ``w``-weighted mean of ``f`` (:func:`_point_sums`)."""
+
+    ends: list[torch.Tensor]
+    q_hi: torch.Tensor
+    omq_hi: torch.Tensor
+    cm2: torch.Tensor
+    big_f: torch.Tensor
+    big_f_hi: torch.Tensor
+
+
+def _at_point(prob: Problem, t: Terms) -> _AtPoint:
+    if t.point is None:
+        lo = t.c1 + torch.mul(prob.dd_last, -t.beta).clamp_(min=_MIN_U) - t.sp
+        lq_hi = t.c1 + torch.mul(prob.dd_first, -t.beta).clamp_(min=_MIN_U) - t.sp
+        # C = q of the runner-up, raised to e^-30 where it is smaller: the sums C w_j^2 and C w_j^2
+        # beta delta_j then stay normal numbers (a subnormal operand costs 6-20x per element), and
+        # the raise moves any bound by at most |gamma| e^-30 S_1 < 1e-10 S_1 (|gamma| <= BIG_GAMMA),
+        # inside the search's margin
+        log_c = (t.c1 - t.sp).clamp_(min=_POINT_MIN_LOG_C)
+        c = torch.exp(log_c)
+        q_hi = torch.exp(lq_hi.clamp(min=_MIN_EXP))
+        omq_hi = 1 - q_hi
+        big_f = (t.w2u - log_c * t.w2).mul_(c).div_(t.ws)  # sum_j w_j (-q_j log q_j) / S_1, both terms >= 0
+        t.point = _AtPoint(_q_ends(lo, lq_hi), q_hi, omq_hi, t.w2 * c, big_f, big_f / omq_hi)
+    return t.point
+
+
+def _point_sums(t: Terms, p: _AtPoint, g: float, upper: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r"""Bounds of :math:`\sum_{j \in G} w_j h^\gamma(q_j)/q_j` per row and group at one ``(gamma, T)``.
+
+    With :math:`\psi(f) = 1/(1+\gamma f)` (positive and convex in ``f``) the summand is
+    :math:`w_j (1-q_j)^{-\gamma} \psi(f(q_j))`. Jensen's inequality bounds
+    :math:`\sum_j w_j \psi(f_j)` below by :math:`S_1 \psi(\bar f)`, the chord above, with
+    :math:`\bar f` the ``w``-weighted mean of ``f``, which lies between :math:`F = \sum_j w_j
+    (-q_j \log q_j) / S_1` and :math:`F/(1-q_{hi})`; as :math:`q_j = C w_j` (``C`` the runner-up's
+    ``q``), :math:`\sum_j w_j (-q_j\log q_j) = C(\sum_j w_j^2 \beta\delta_j - \log C
+    \sum_j w_j^2)`. The factor :math:`(1-q)^{-\gamma}` is bounded by first-order expansions
+    (:math:`1+\gamma q \le (1-q)^{-\gamma} \le 1 + \gamma q e^{x}/(1-q)`, :math:`x = \gamma
+    q_{hi}/(1-q_{hi})`, for ``gamma > 0``; :math:`1 - |\gamma| q/(1-q) \le (1-q)^{|\gamma|} \le 1 -
+    |\gamma| q (1 - |\gamma| q_{hi}/2)` for ``gamma < 0``) whose ``q`` terms sum to :math:`C \sum_j
+    w_j^2`. The gap to the exact sum is of second order in ``gamma`` and in the spread of ``f``
+    over the group, where :func:`_g_min` / :func:`_g_max` lose first-order terms.
+    """
+    s1 = t.ws
+    if g == 0:
+        return s1, s1
+    l1_lo, f_lo, l1_hi, f_hi = p.ends
+    psi_hi = (1 + g * f_hi).reciprocal_()  # psi at the group's q ends
+    psi_lo = (1 + g * f_lo).reciprocal_() if upper else None
+
+    def chord(x: torch.Tensor) -> torch.Tensor:
+        return psi_lo * (1 - g * psi_hi * (x - f_lo))
+
+    hi = None
+    if g > 0:
+        lower = s1 / (1 + g * torch.minimum(p.big_f_hi, f_hi)) + g * psi_hi * p.cm2
+        if upper:
+            hi = (s1 * chord(torch.maximum(p.big_f, f_lo))
+                  + g * torch.exp(g * p.q_hi / p.omq_hi) * psi_lo * p.cm2 / p.omq_hi)
+    else:
+        a = -g
+        lower = s1 / (1 + g * torch.maximum(p.big_f, f_lo)) - a * psi_hi * p.cm2 / p.omq_hi
+        if upper:
+            hi = s1 * chord(torch.minimum(p.big_f_hi, f_hi)) - a * (1 - a * p.q_hi / 2) * psi_lo * p.cm2
+    return lower, hi
+
+
+def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
+               criterion: str, tight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row and box ``[g_lo, g_hi] x [T_a, T_b]``, shape ``(M, rows)``: bounds of ``log rho``
+    (ECE criteria), or a lower bound of ``-log p_y`` and ``+inf`` (NLL).
+
+    ``a`` holds the terms at the lower temperature ``T_a`` (larger beta), ``b`` at ``T_b``. The
+    non-top classes are bounded in groups of adjacent gaps (:func:`group_starts`), one by one for
+    the first few.
+    """
+    point = _at_point(prob, a) if a is b else None
+    if point is not None:
+        ends = point.ends
+    else:  # each group's q lie between its last class's at T_a and its first class's at T_b
+        lo = a.c1 + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp
+        hi = b.c1 + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp
+        ends = _q_ends(lo, hi)
+    nll = criterion == "nll"
+    if nll:
+        # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
+        # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
+        uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
+        ends_y = _q_ends(a.c1 + uy_a - b.sp, b.c1 + uy_b - a.sp)
+        miss = ~prob.correct
+    out_lo, out_hi = [], []
+    for gl, gh in zip(g_lo.tolist(), g_hi.tolist()):
+        # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
+        row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
+        row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
+        s_lo = _g_min(ends, gl, gh) * a.ws
+        s_hi = None if nll else _g_max(ends, gl, gh) * b.ws
+        if tight and point is not None and gl == gh:  # a point: the second-order sums where tighter
+            p_lo, p_hi = _point_sums(a, point, gl, not nll)
+            s_lo = torch.maximum(s_lo, p_lo)
+            s_hi = None if nll else torch.minimum(s_hi, p_hi)
+        lr_lo = row_lo + torch.log(s_lo.sum(0))
+        if nll:
+            lry_hi = row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh))
+            out_lo.append(softplus(lr_lo) - torch.where(miss, lry_hi, torch.zeros_like(lry_hi)))
+        else:
+            out_lo.append(lr_lo)
+            out_hi.append(row_hi + torch.log(s_hi.sum(0)))
+    lo_all = torch.stack(out_lo)
+    return lo_all, (torch.full_like(lo_all, math.inf) if nll else torch.stack(out_hi))
+
+
+def confidence_bounds(lr_lo: torch.Tensor, lr_hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The confidence ``1 / (1 + rho)`` lies in ``[sigmoid(-log rho_hi), sigmoid(-log rho_lo)]``."""
+    return (torch.sigmoid(lr_hi.clamp(_MIN_EXP, -_MIN_EXP).neg_()),
+            torch.sigmoid(lr_lo.clamp(_MIN_EXP, -_MIN_EXP).neg_()))
+
+
+def _order_key(c: torch.Tensor) -> torch.Tensor:
+    """An ``int64`` key of confidences in ``[0, 1]`` (float64) that is exactly non-decreasing in them.
+
+    The bit pattern of a non-negative double increases with its value; above 1/2 the key counts
+    down the bits of ``1 - c``, exact there (Sterbenz), so that confidences near 1 stay apart.
+    """
+    half = int(torch.tensor(0.5, dtype=torch.float64).view(torch.int64))
+    c = c.contiguous()
+    return torch.where(c >= 0.5, 2 * half - (1 - c).view(torch.int64), c.view(torch.int64))
+
+
+def _bin_ranges(prob: Problem, c_lo: torch.Tensor, c_hi: torch.Tensor, n_bins: int,
+                binning: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """First and last bin that a confidence in ``[c_lo, c_hi]`` may fall in, per row, ``(M, rows)``.
+
+    Equal-width bins are those of :func:`focalcal.metrics.calibration_error`. An equal-mass bin is
+    ``(count(x_j <= x_i) - 1) * n_bins // N``. Row ``i``'s count is at least its own samples plus
+    those of the rows whose interval lies in a lower bucket than ``c_lo_i`` (so wholly below it),
+    at most those of the rows whose interval starts in ``c_hi_i``'s bucket or a lower one. The
+    buckets are ranges of :func:`_order_key`, at most ``2**_MASS_BITS``; coarser buckets only
+    widen the ranges, and no sort is needed.
+    """
+    if binning == "width":
+        return _width_index(c_lo, n_bins), _width_index(c_hi, n_bins)
+    m = c_lo.shape[0]
+    k_lo, k_hi = _order_key(c_lo), _order_key(c_hi)
+    base = k_lo.amin(-1, keepdim=True)
+    span = int((k_hi - base).max())
+    shift = max(0, span.bit_length() - _MASS_BITS)
+    b_lo, b_hi = (torch.bitwise_right_shift(k - base, shift) for k in (k_lo, k_hi))
+    w = prob.weights.expand_as(c_lo)
+    hist_hi, hist_lo = (torch.zeros(m, (span >> shift) + 1, dtype=torch.float64, device=c_lo.device)
+                        .scatter_add_(1, b, w) for b in (b_hi, b_lo))
+    lo_count = (hist_hi.cumsum(-1) - hist_hi).gather(1, b_lo) + w  # exact: sums of counts
+    hi_count = hist_lo.cumsum(-1).gather(1, b_hi)
+    return tuple((c.round().long() - 1) * n_bins // prob.n for c in (lo_count, hi_count))
+
+
+def binned_lower_bound(prob: Problem, c_lo: torch.Tensor, c_hi: torch.Tensor, n_bins: int,
+                       binning: str) -> torch.Tensor:
+    r"""Lower bound of the binned l1 calibration error when every confidence lies in its interval.
+
+    With :math:`S_b = \sum_{i \in b} (c_i - y_i)` the error is :math:`\sum_b |S_b| / N`. For any
+    partition of the bins into runs of adjacent bins, the triangle inequality gives
+    :math:`\sum_b |S_b| \ge \sum_G |\sum_{i \in G} (c_i - y_i)|`; a row whose possible bins
+    (:func:`_bin_ranges`) lie in one run counts in that run's sum, which lies in ``[L_G, U_G]``
+    (from ``c_lo`` and ``c_hi``) and so has absolute value at least ``max(0, L_G, -U_G)``; a row
+    whose bins straddle a run boundary is left out, at the cost of its largest ``|c - y|``, counted
+    at every boundary it straddles. The best partition is found by dynamic programming over the
+    ``n_bins - 1`` boundaries; one run of all bins is the 1-bin bound ``|mean(conf) - accuracy|``.
+    """
+    m = c_lo.shape[0]
+    # widen by far more than the rounding of the exact kernel's confidences, so that a confidence
+    # at a bin edge is never placed on the wrong side by the bounds' own rounding
+    c_lo = c_lo * (1 - 1e-12)
+    c_hi = torch.clamp(c_hi * (1 + 1e-12), max=1.0)
+    b_lo, b_hi = _bin_ranges(prob, c_lo, c_hi, n_bins, binning)
+    w, nc = prob.weights, prob.n_correct
+    lo, hi = c_lo * w - nc, c_hi * w - nc
+    worst = torch.where(b_lo < b_hi, nc * (1 - c_lo) + (w - nc) * c_hi, torch.zeros_like(c_hi))
+    cell = (b_lo * n_bins + b_hi).view(m, -1)
+    off = (torch.arange(m, device=cell.device) * n_bins * n_bins).view(-1, 1)
+    tables = []
+    for v in (lo, hi, worst):
+        t = torch.zeros(m * n_bins * n_bins, dtype=torch.float64, device=v.device)
+        tables.append(t.index_add_(0, (cell + off).view(-1), v.reshape(-1)).view(m, n_bins, n_bins))
+    # in_lo/in_hi[:, a, e]: rows whose bins lie in [a, e] (b_lo >= a, b_hi <= e); across[:, k]: rows
+    # with b_lo < k <= b_hi, which straddle the boundary before bin k (0 for k = 0)
+    in_lo, in_hi = (t.flip(1).cumsum(1).flip(1).cumsum(2) for t in tables[:2])
+    straddle = tables[2].cumsum(1).flip(2).cumsum(2).flip(2).diagonal(offset=1, dim1=1, dim2=2)
+    across = torch.cat([torch.zeros_like(straddle[:, :1]), straddle], -1)
+    best = torch.zeros(m, n_bins + 1, dtype=torch.float64, device=c_lo.device)
+    for e in range(n_bins):  # best[:, e + 1]: the best runs covering bins 0..e
+        run = torch.clamp(torch.maximum(in_lo[:, :e + 1, e], -in_hi[:, :e + 1, e]), min=0)
+        best[:, e + 1] = (best[:, :e + 1] + run - across[:, :e + 1]).amax(-1)
+    return torch.clamp(best[:, -1] / prob.n, min=0)
+
+
+def _score_bounds(prob: Problem, lo: torch.Tensor, hi: torch.Tensor, criterion: str, n_bins: int,
+                  cut: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds and estimates of the scores from the row bounds of :func:`row_bounds` (see
+    :func:`box_bounds`)."""
+    if criterion == "nll":
+        lb = lo.mean(-1).cpu().numpy()
+        return lb, lb
+    c_lo, c_hi = confidence_bounds(lo, hi)
+    w = prob.weights / prob.n
+    m_lo, m_hi = c_lo @ w, c_hi @ w
+    lb = torch.clamp(torch.maximum(m_lo - prob.acc, prob.acc - m_hi), min=0).cpu().numpy()
+    est = ((m_lo + m_hi) / 2 - prob.acc).abs().cpu().numpy()
+    refine = np.ones(len(lb), dtype=bool) if cut is None else lb <= cut
+    if refine.any():
+        sel = torch.from_numpy(np.flatnonzero(refine)).to(c_lo.device)
+        binning = "mass" if criterion == "ece_mass" else "width"
+        lb[refine] = np.maximum(lb[refine], binned_lower_bound(prob, c_lo[sel], c_hi[sel], n_bins, binning)
+                                .cpu().numpy())
+    return lb, est
+
+
+def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
+               criterion: str, n_bins: int = 15, cut: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bound of the score over each box ``[g_lo, g_hi] x [T_a, T_b]`` and an estimate, ``(M,)``.
+
+    The binned l1 calibration errors are bounded by the 1-bin error ``|mean(conf) - accuracy|``,
+    raised to :func:`binned_lower_bound` for the boxes whose 1-bin bound is at most ``cut`` (all
+    when ``cut`` is None; the search skips the boxes it would discard anyway). The NLL is bounded
+    row by row (:func:`row_bounds`). At a point (``a is b``, ``g_lo == g_hi``) whose bound is
+    still at most ``cut``, the rows are bounded again with the second-order group sums of
+    :func:`_point_sums` (costlier, so only where the first bound did not discard the point).
+    """
+    lo, hi = row_bounds(prob, a, b, g_lo, g_hi, criterion)
+    lb, est = _score_bounds(prob, lo, hi, criterion, n_bins, cut)
+    if a is b:
+        again = (g_lo == g_hi).cpu().numpy() & (True if cut is None else lb <= cut)
+        if again.any():
+            sel = torch.from_numpy(np.flatnonzero(again)).to(g_lo.device)
+            lo, hi = row_bounds(prob, a, b, g_lo[sel], g_hi[sel], criterion, tight=True)
+            lb[again] = np.maximum(lb[again], _score_bounds(prob, lo, hi, criterion, n_bins,
+                                                            None if cut is None else cut[again])[0])
+    return lb, est
+
+
+# ============================================================================================
+# branch and bound over temperature intervals
+# ============================================================================================
+
+@dataclass
+class Path:
+    """Pairs ``(gammas[i], temps[i])`` along which ``temps`` and ``gammas`` are both monotone.
+
+    ``flat[i]`` is the pair's index in the caller's evaluation order (for the tie rule); pairs of
+    paths of the same ``group`` share one threshold (the best exact score of that group so far).
+    """
+
+    temps: np.ndarray
+    gammas: np.ndarray
+    flat: np.ndarray
+    group: int = 0
+
+
+def _cut(best: float) -> float:
+    """Largest lower bound that may still hide a pair tied with ``best`` (tie tolerance + margin)."""
+    return best + (TIE_RTOL + _MARGIN) * max(1.0, abs(best))
+
+
+Point = tuple[int, int]   # path, index
+Box = tuple[int, int, int]  # path, first index, last index
+
+
+class _Search:
+    """State of one branch-and-bound run over a list of paths (see the module docstring)."""
+
+    def __init__(self, prob: Problem, paths: list[Path], criterion: str, n_bins: int,
+                 pool: ThreadPoolExecutor | None) -> None:
+        self.prob, self.paths, self.criterion, self.n_bins, self.pool = prob, paths, criterion, n_bins, pool
+        self.best = {p.group: math.inf for p in paths}
+        self.scores: dict[Point, float] = {}
+        self.lb: dict[Point, tuple[float, float]] = {}
+        self.cache: dict[float, Terms] = {}
+        self.coarse: set[Point] = set()  # point bounds computed before their group had a score
+        self.stats = {"temperatures": 0, "bounds": 0}
+
+    def _terms(self, temps: set[float]) -> None:
+        new = sorted(t for t in temps if t not in self.cache)
+        if new:
+            for t, ws in zip(new, group_sums(self.prob, new, self.pool)):
+                self.cache[t] = Terms.at(self.prob, t, ws)
+            self.stats["temperatures"] += len(new)
+
+    def bounds(self, boxes: list[Box]) -> tuple[np.ndarray, np.ndarray]:
+        """Lower bounds and estimates of boxes (a point is a box ``(s, i, i)``); the costlier ECE
+        bound only where the 1-bin one does not already discard the box (:func:`box_bounds`)."""
+        # the binned bound for points only (over a box of temperatures the confidence intervals
+        # are too wide for it to pay), and once their group has a score to compare with
+        cuts = np.array([_cut(self.best[self.paths[s].group]) if i == j else -np.inf for s, i, j in boxes])
+        cuts[np.isinf(cuts)] = -np.inf
+        ranges = []
+        for s, i, j in boxes:
+            p = self.paths[s]
+            ranges.append((*sorted((float(p.temps[i]), float(p.temps[j]))),
+                           *sorted((float(p.gammas[i]), float(p.gammas[j])))))
+        self._terms({r[0] for r in ranges} | {r[1] for r in ranges})
+        by_t: dict[tuple[float, float], list[int]] = {}
+        for k, r in enumerate(ranges):
+            by_t.setdefault(r[:2], []).append(k)
+        lb, est = np.empty(len(boxes)), np.empty(len(boxes))
+
+        def one(item: tuple[tuple[float, float], list[int]]) -> None:
+            (ta, tb), ks = item
+            g = torch.tensor([ranges[k][2:] for k in ks], dtype=torch.float64, device=self.prob.device)
+            lb[ks], est[ks] = box_bounds(self.prob, self.cache[ta], self.cache[tb], g[:, 0], g[:, 1],
+                                         self.criterion, self.n_bins, cuts[ks])
+
+        _map(self.pool, one, list(by_t.items()))
+        self.stats["bounds"] += len(boxes)
+        return lb, est
+
+    def point_bounds(self, pts: list[Point], again: bool = False) -> None:
+        pts = [p for p in dict.fromkeys(pts) if again or p not in self.lb]
+        if pts:
+            unscored = {p for p in pts if math.isinf(self.best[self.paths[p[0]].group])}
+            lb, est = self.bounds([(s, i, i) for s, i in pts])
+            self.lb.update({p: (float(v), float(e)) for p, v, e in zip(pts, lb, est)})
+            self.coarse = (self.coarse - set(pts)) | unscored
+
+    def evaluate(self, pts: list[Point]) -> None:
+        by_t: dict[float, list[Point]] = {}
+        for p in dict.fromkeys(pts):
+            if p not in self.scores:
+                by_t.setdefault(float(self.paths[p[0]].temps[p[1]]), []).append(p)
+        temps = list(by_t)
+        gams = [[float(self.paths[s].gammas[i]) for s, i in by_t[t]] for t in temps]
+        for t, v in zip(temps, exact_scores(self.prob, temps, gams, self.criterion, self.n_bins, self.pool)):
+            for p, x in zip(by_t[t], v.tolist()):
+                self.scores[p] = x
+                grp = self.paths[p[0]].group
+                self.best[grp] = min(self.best[grp], x)
+
+    def alive(self, s: int, v: float) -> bool:
+        return v <= _cut(self.best[self.paths[s].group])
+
+    def incumbents(self) -> None:
+        """Evaluate, for every path, its unevaluated live point of smallest estimate."""
+        pick: dict[int, tuple[float, Point]] = {}
+        for p, (v, e) in self.lb.items():
+            if p not in self.scores and self.alive(p[0], v) and (p[0] not in pick or e < pick[p[0]][0]):
+                pick[p[0]] = (e, p)
+        if pick:
+            self.evaluate([p for _, p in pick.values()])
+
+    def run(self) -> dict[Point, float]:
+        boxes: list[Box] = []
+        for s, path in enumerate(self.paths):
+            last = len(path.temps) - 1
+            cuts = sorted(set(range(0, last, _FIRST_STEP)) | {last})
+            boxes += [(s, a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b - a >= 2]
+            self.point_bounds([(s, i) for i in cuts])
+        while boxes:
+            self.incumbents()
+            lb, _ = self.bounds(boxes)
+            nxt, mids = [], []
+            for (s, a, b), v in zip(boxes, lb):
+                if not self.alive(s, v):
+                    continue
+                m = (a + b) // 2
+                halves = [(s, a, m), (s, m, b)]
+                mids.append((s, m))
+                for bx in halves:  # a small box's interior points are bounded directly
+                    if bx[2] - bx[1] > _POINT_WIDTH:
+                        nxt.append(bx)
+                    else:
+                        mids += [(s, i) for i in range(bx[1] + 1, bx[2])]
+            self.point_bounds(mids)
+            boxes = nxt
+            live = {float(self.paths[s].temps[i]) for s, a, b in boxes for i in (a, b)}
+            self.cache = {t: v for t, v in self.cache.items() if t in live}
+        # the survivors in one batch: pairs of the same temperature share the per-temperature work
+        left = [p for p, (v, _) in self.lb.items() if p not in self.scores and self.alive(p[0], v)]
+        if self.criterion != "nll":  # their bounds computed before any score, now with a threshold
+            self.point_bounds([p for p in left if p in self.coarse], again=True)
+        self.evaluate([p for p in left if self.alive(p[0], self.lb[p][0])])
+        return self.scores
+
+
+def fast_scores(prob: Problem, paths: list[Path], criterion: str, n_bins: int,
+                pool: ThreadPoolExecutor | None) -> tuple[dict[int, float], dict[str, int]]:
+    """Exact scores of a set of pairs that contains, for every group, every pair the tie rule may
+    select; returns ``{flat index: score}`` and counters (temperatures summarised, bounds, exact)."""
+    search = _Search(prob, paths, criterion, n_bins, pool)
+    scores = search.run()
+    out = {int(paths[s].flat[i]): v for (s, i), v in scores.items()}
+    return out, {**search.stats, "exact": len(out)}
+
+
+def product_paths(gammas: np.ndarray, temps: np.ndarray, group: int | None = None, offset: int = 0) -> list[Path]:
+    """One path per gamma over the sorted ``temps``; flat index ``offset + i * len(temps) + j``.
+
+    ``group=None`` puts all in group 0 (one threshold); otherwise path ``i`` is in ``group + i``.
+    """
+    order = np.argsort(temps, kind="stable")
+    return [Path(temps[order], np.full(len(temps), g), offset + i * len(temps) + order,
+                 0 if group is None else group + i) for i, g in enumerate(gammas)]
