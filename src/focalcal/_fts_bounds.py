@@ -58,7 +58,7 @@ from .metrics.binned import _width_index
 # a pair is discarded only if its lower bound exceeds the tie threshold by this (relative) margin
 _MARGIN = 1e-9
 # the point bounds raise the runner-up's q to e^this (_at_point)
-_POINT_MIN_LOG_C = -30.0
+_POINT_MIN_LOG_C = -40.0
 # temperatures per first-level box of the branch and bound
 _FIRST_STEP = 64
 # boxes of at most this many temperature steps are not bounded: their interior points are (a box
@@ -171,10 +171,10 @@ def _at_point(prob: Problem, t: Terms) -> _AtPoint:
     if t.point is None:
         lo = t.c1 + torch.mul(prob.dd_last, -t.beta).clamp_(min=_MIN_U) - t.sp
         lq_hi = t.c1 + torch.mul(prob.dd_first, -t.beta).clamp_(min=_MIN_U) - t.sp
-        # C = q of the runner-up, raised to e^-30 where it is smaller: the sums C w_j^2 and C w_j^2
-        # beta delta_j then stay normal numbers (a subnormal operand costs 6-20x per element), and
-        # the raise moves any bound by at most |gamma| e^-30 S_1 < 1e-10 S_1 (|gamma| <= BIG_GAMMA),
-        # inside the search's margin
+        # C = q of the runner-up, raised to e^-40 where it is smaller: the sums C w_j^2 and C w_j^2
+        # beta delta_j then stay normal numbers (a subnormal operand costs 6-20x per element); the
+        # raise moves C sum_j w_j^2 by at most e^-40 S_1 and F by at most 41 e^-40, so a group sum
+        # by at most 41 |gamma| e^-40 S_1 < 1e-13 S_1 (|gamma| <= BIG_GAMMA): inside the margin
         log_c = (t.c1 - t.sp).clamp_(min=_POINT_MIN_LOG_C)
         c = torch.exp(log_c)
         q_hi = torch.exp(lq_hi.clamp(min=_MIN_EXP))
