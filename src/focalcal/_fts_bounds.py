@@ -80,19 +80,21 @@ def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor |
     ``w_j^2`` and of ``w_j^2 beta delta_j`` (the one pass over all classes that a bound needs; the
     last two serve the point bounds, :func:`_point_sums`)."""
     out = [torch.empty(3, len(prob.starts), prob.rows, dtype=torch.float64, device=prob.device) for _ in temps]
-    group = torch.repeat_interleave(torch.arange(len(prob.starts), device=prob.device),
-                                    torch.tensor(prob.ends, device=prob.device) - torch.tensor(prob.starts, device=prob.device))
+    blocks = prob.dd_t  # prepared here, not in the worker threads
+    sizes = torch.tensor(prob.ends) - torch.tensor(prob.starts)
+    group = torch.repeat_interleave(torch.arange(len(sizes)), sizes).to(prob.device)  # each class's group
 
     def part(b0: int, b1: int) -> None:
         for blk in range(b0, b1):
             sl = prob.block(blk)
-            dd = prob.dd_t[blk]  # (classes, rows of the block): a group is a run of leading rows
+            dd = blocks[blk]  # (classes, rows of the block): a group is a run of leading rows
             for t, o in zip(temps, out):
                 u = torch.mul(dd, -1.0 / t).clamp_(min=_MIN_U)  # log w_j
                 w = torch.exp(u)
                 w2 = w * w
-                for m, x in enumerate((w, w2, u.mul_(w2))):  # exact sums, in class order
-                    o[m, :, sl] = torch.zeros_like(o[m, :, sl]).index_add_(0, group, x, alpha=-1 if m == 2 else 1)
+                # plain sums in class order (no differences of running sums); u w^2 <= 0 is negated
+                for m, (x, sign) in enumerate(((w, 1), (w2, 1), (u.mul_(w2), -1))):
+                    o[m, :, sl] = torch.zeros_like(o[m, :, sl]).index_add_(0, group, x, alpha=sign)
 
     _run_parts(pool, part, prob.n_blocks)
     return out

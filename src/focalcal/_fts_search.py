@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -183,10 +184,14 @@ class Problem:
         # the bounds' groups of classes: the gaps of each group's first and last class
         self.starts = group_starts(self.k1)
         self.ends = self.starts[1:] + [self.k1]
-        self.dd_t = [self.dd[self.block(i)].T.contiguous() for i in range(self.n_blocks)]
         # (groups, rows), like the group sums: the bounds' sums over groups add contiguous rows
         self.dd_first = self.dd[:, self.starts].T.contiguous()
         self.dd_last = self.dd[:, [e - 1 for e in self.ends]].T.contiguous()
+
+    @cached_property
+    def dd_t(self) -> list[torch.Tensor]:
+        """``dd`` per row block, transposed to ``(classes, rows)`` (for the bounds' group sums)."""
+        return [self.dd[self.block(i)].T.contiguous() for i in range(self.n_blocks)]
 
     def block(self, i: int) -> slice:
         return slice(i * self.nb, min(self.rows, (i + 1) * self.nb))
