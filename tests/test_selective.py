@@ -73,6 +73,18 @@ def test_aurc_equals_metrics_aurc_for_untied_scores():
         metrics.aurc(logits=logits, labels=labels), rel=1e-12)
 
 
+def test_aurc_of_all_errors_is_one_not_more():
+    """Every prediction wrong: the risk is 1 at every coverage, so the AURC is 1. The rank weights
+    sum to 1 + 2e-16 in floating point on this sample (found by the property test of
+    test_metrics); the area stays a fraction."""
+    logits = torch.tensor([[2.2522, -1.3599, 2.0486], [-0.3440, -0.6978, -0.7730], [0.4688, -0.2717, 0.4738],
+                           [0.0350, 0.1202, -0.1119], [1.2213, 0.7960, 1.4427], [-0.0459, 0.2727, -1.2392]],
+                          dtype=torch.float64)
+    labels = torch.tensor([2, 2, 0, 0, 1, 0])
+    assert (logits.argmax(-1) != labels).all()
+    assert metrics.aurc(logits=logits, labels=labels) == 1.0
+
+
 def test_weights_are_the_library_aurc_weights_with_threshold_ties():
     """The book's oracle and the library share one implementation of the AURC weights: tau=None
     is focalcal.scores.aurc_weights(ties="threshold"), and metrics.aurc(ties="threshold") is the

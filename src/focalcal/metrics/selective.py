@@ -95,7 +95,9 @@ def aurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     tensor(0.2708)
     """
     key, err, dtype = _aurc_inputs(probs, labels, logits, score)
-    return (aurc_weights(key, ties=ties) * err).mean(-1).to(dtype)
+    # the weights of N samples sum to N exactly, but not in floating point: all errors could give
+    # 1 + 2e-16; the area is a fraction, so it is kept in [0, 1]
+    return (aurc_weights(key, ties=ties) * err).mean(-1).clamp_(0, 1).to(dtype)
 
 
 def eaurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
