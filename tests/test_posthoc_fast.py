@@ -250,7 +250,7 @@ def test_box_bounds_are_lower_bounds(criterion, k):
             assert math.isfinite(v)
 
 
-def test_point_bounds_gain_an_order_over_the_group_ranges():
+def test_point_bounds_are_closer_than_the_group_ranges():
     """At a single ``(gamma, T)`` the group sums of ``_point_sums`` (Jensen over each group's
     ``f``) bring the NLL bound closer to the exact NLL than the group's worst-case
     ``h^gamma(q)/q`` does: at least 5x for 0 < gamma <= 1 and 2.5x for every gamma of the paper's
