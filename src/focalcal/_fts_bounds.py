@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -113,7 +113,9 @@ class Terms:
     ws: torch.Tensor    # (groups, rows)
     w2: torch.Tensor    # (groups, rows)
     w2u: torch.Tensor   # (groups, rows)
-    point: _AtPoint | None = None  # what the point bounds at this temperature share (_at_point)
+    ends: list[torch.Tensor] | None = None  # the groups' q ranges at this temperature (_ends_at)
+    lq_hi: torch.Tensor | None = None  # log q of each group's first class (_ends_at)
+    point: _AtPoint | None = None  # what the second-order point bounds share (_at_point)
 
     @classmethod
     def at(cls, prob: Problem, t: float, sums: torch.Tensor) -> Terms:
@@ -155,13 +157,21 @@ def _g_max(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
     return den_min.reciprocal_() if gh == 0 else torch.exp(-gh * (l1_hi if gh > 0 else l1_lo)).div_(den_min)
 
 
+def _ends_at(prob: Problem, t: Terms) -> list[torch.Tensor]:
+    """:func:`_q_ends` of every group's range of ``q`` at the temperature of ``t`` (cached there)."""
+    if t.ends is None:
+        lo = t.c1 + torch.mul(prob.dd_last, -t.beta).clamp_(min=_MIN_U) - t.sp
+        t.lq_hi = t.c1 + torch.mul(prob.dd_first, -t.beta).clamp_(min=_MIN_U) - t.sp
+        t.ends = _q_ends(lo, t.lq_hi)
+    return t.ends
+
+
 @dataclass
 class _AtPoint:
-    """Per group and row at one temperature: the ends of :func:`_q_ends` and ``q_hi``, ``1 - q_hi``,
-    :math:`C\\sum_j w_j^2 = \\sum_j w_j q_j` and the lower and upper estimates ``F``, ``F/(1-q_hi)``
-    of the ``w``-weighted mean of ``f`` (:func:`_point_sums`)."""
+    """Per group and row at one temperature: ``q_hi``, ``1 - q_hi``, :math:`C\\sum_j w_j^2 =
+    \\sum_j w_j q_j` and the lower and upper estimates ``F``, ``F/(1-q_hi)`` of the ``w``-weighted
+    mean of ``f`` (:func:`_point_sums`)."""
 
-    ends: list[torch.Tensor]
     q_hi: torch.Tensor
     omq_hi: torch.Tensor
     cm2: torch.Tensor
@@ -170,19 +180,19 @@ class _AtPoint:
 
 
 def _at_point(prob: Problem, t: Terms) -> _AtPoint:
+    """The :class:`_AtPoint` of ``t`` (cached there; built only where a second-order bound is needed)."""
     if t.point is None:
-        lo = t.c1 + torch.mul(prob.dd_last, -t.beta).clamp_(min=_MIN_U) - t.sp
-        lq_hi = t.c1 + torch.mul(prob.dd_first, -t.beta).clamp_(min=_MIN_U) - t.sp
+        _ends_at(prob, t)
         # C = q of the runner-up, raised to e^-40 where it is smaller: the sums C w_j^2 and C w_j^2
         # beta delta_j then stay normal numbers (a subnormal operand costs 6-20x per element); the
         # raise moves C sum_j w_j^2 by at most e^-40 S_1 and F by at most 41 e^-40, so a group sum
         # by at most 41 |gamma| e^-40 S_1 < 1e-13 S_1 (|gamma| <= BIG_GAMMA): inside the margin
         log_c = (t.c1 - t.sp).clamp_(min=_POINT_MIN_LOG_C)
         c = torch.exp(log_c)
-        q_hi = torch.exp(lq_hi.clamp(min=_MIN_EXP))
+        q_hi = torch.exp(t.lq_hi.clamp(min=_MIN_EXP))
         omq_hi = 1 - q_hi
         big_f = (t.w2u - log_c * t.w2).mul_(c).div_(t.ws)  # sum_j w_j (-q_j log q_j) / S_1, both terms >= 0
-        t.point = _AtPoint(_q_ends(lo, lq_hi), q_hi, omq_hi, t.w2 * c, big_f, big_f / omq_hi)
+        t.point = _AtPoint(q_hi, omq_hi, t.w2 * c, big_f, big_f / omq_hi)
     return t.point
 
 
@@ -205,7 +215,7 @@ def _point_sums(t: Terms, p: _AtPoint, g: float, upper: bool) -> tuple[torch.Ten
     s1 = t.ws
     if g == 0:
         return s1, s1
-    l1_lo, f_lo, l1_hi, f_hi = p.ends
+    l1_lo, f_lo, l1_hi, f_hi = t.ends
     psi_hi = (1 + g * f_hi).reciprocal_()  # psi at the group's q ends
     psi_lo = (1 + g * f_lo).reciprocal_() if upper else None
 
@@ -226,6 +236,67 @@ def _point_sums(t: Terms, p: _AtPoint, g: float, upper: bool) -> tuple[torch.Ten
     return lower, hi
 
 
+@dataclass
+class _Rows:
+    """One box's pieces of :func:`row_bounds`, per row: the ends of the log row factor, the group
+    sums' lower (and, for the ECE criteria, upper) bounds ``(groups, rows)`` and, for the NLL, the
+    upper end of ``log(h(q_y) / h(q_t))``."""
+
+    row_lo: torch.Tensor
+    row_hi: torch.Tensor
+    s_lo: torch.Tensor
+    s_hi: torch.Tensor | None
+    lry_hi: torch.Tensor | None
+
+
+def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float], nll: bool) -> list[_Rows]:
+    """The :class:`_Rows` of the boxes ``[g_lo[k], g_hi[k]] x [T_a, T_b]`` (see :func:`row_bounds`)."""
+    if a is b:
+        ends = _ends_at(prob, a)
+    else:  # each group's q lie between its last class's at T_a and its first class's at T_b
+        lo = a.c1 + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp
+        hi = b.c1 + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp
+        ends = _q_ends(lo, hi)
+    if nll:
+        # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
+        uy_b = prob.ddy * -b.beta
+        ends_y = _q_ends(a.c1 + prob.ddy * -a.beta - b.sp, b.c1 + uy_b - a.sp)
+    out = []
+    for gl, gh in zip(g_lo, g_hi):
+        # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
+        row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
+        row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
+        out.append(_Rows(row_lo, row_hi, _g_min(ends, gl, gh) * a.ws,
+                         None if nll else _g_max(ends, gl, gh) * b.ws,
+                         row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh)) if nll else None))
+    return out
+
+
+def _tighten(prob: Problem, t: Terms, rows: list[_Rows], gammas: list[float], nll: bool) -> list[_Rows]:
+    """``rows`` of points ``(gammas[k], T)`` with the group sums' bounds narrowed by the
+    second-order ones of :func:`_point_sums` where those are tighter."""
+    p = _at_point(prob, t)
+    out = []
+    for r, g in zip(rows, gammas):
+        p_lo, p_hi = _point_sums(t, p, g, not nll)
+        out.append(replace(r, s_lo=torch.maximum(r.s_lo, p_lo), s_hi=None if nll else torch.minimum(r.s_hi, p_hi)))
+    return out
+
+
+def _log_rho_bounds(prob: Problem, rows: list[_Rows], nll: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`row_bounds`' output from the pieces."""
+    out_lo, out_hi = [], []
+    for r in rows:
+        lr_lo = r.row_lo + torch.log(r.s_lo.sum(0))
+        if nll:  # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi
+            out_lo.append(softplus(lr_lo) - torch.where(prob.correct, torch.zeros_like(r.lry_hi), r.lry_hi))
+        else:
+            out_lo.append(lr_lo)
+            out_hi.append(r.row_hi + torch.log(r.s_hi.sum(0)))
+    lo_all = torch.stack(out_lo)
+    return lo_all, (torch.full_like(lo_all, math.inf) if nll else torch.stack(out_hi))
+
+
 def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
                criterion: str, tight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row and box ``[g_lo, g_hi] x [T_a, T_b]``, shape ``(M, rows)``: bounds of ``log rho``
@@ -233,42 +304,17 @@ def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
 
     ``a`` holds the terms at the lower temperature ``T_a`` (larger beta), ``b`` at ``T_b``. The
     non-top classes are bounded in groups of adjacent gaps (:func:`group_starts`), one by one for
-    the first few.
+    the first few. With ``tight``, boxes that are points (``a is b``, ``g_lo == g_hi``) get the
+    second-order group sums of :func:`_point_sums` too.
     """
-    point = _at_point(prob, a) if a is b else None
-    if point is not None:
-        ends = point.ends
-    else:  # each group's q lie between its last class's at T_a and its first class's at T_b
-        lo = a.c1 + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp
-        hi = b.c1 + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp
-        ends = _q_ends(lo, hi)
     nll = criterion == "nll"
-    if nll:
-        # -log p_y >= log(1 + rho_lo) - [y != t] log(h(q_y) / h(q_t))_hi, with
-        # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
-        uy_a, uy_b = prob.ddy * -a.beta, prob.ddy * -b.beta
-        ends_y = _q_ends(a.c1 + uy_a - b.sp, b.c1 + uy_b - a.sp)
-        miss = ~prob.correct
-    out_lo, out_hi = [], []
-    for gl, gh in zip(g_lo.tolist(), g_hi.tolist()):
-        # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
-        row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
-        row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
-        s_lo = _g_min(ends, gl, gh) * a.ws
-        s_hi = None if nll else _g_max(ends, gl, gh) * b.ws
-        if tight and point is not None and gl == gh:  # a point: the second-order sums where tighter
-            p_lo, p_hi = _point_sums(a, point, gl, not nll)
-            s_lo = torch.maximum(s_lo, p_lo)
-            s_hi = None if nll else torch.minimum(s_hi, p_hi)
-        lr_lo = row_lo + torch.log(s_lo.sum(0))
-        if nll:
-            lry_hi = row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh))
-            out_lo.append(softplus(lr_lo) - torch.where(miss, lry_hi, torch.zeros_like(lry_hi)))
-        else:
-            out_lo.append(lr_lo)
-            out_hi.append(row_hi + torch.log(s_hi.sum(0)))
-    lo_all = torch.stack(out_lo)
-    return lo_all, (torch.full_like(lo_all, math.inf) if nll else torch.stack(out_hi))
+    gl, gh = g_lo.tolist(), g_hi.tolist()
+    rows = _rows(prob, a, b, gl, gh, nll)
+    if tight and a is b:
+        at = [k for k in range(len(gl)) if gl[k] == gh[k]]
+        for k, r in zip(at, _tighten(prob, a, [rows[k] for k in at], [gl[k] for k in at], nll)):
+            rows[k] = r
+    return _log_rho_bounds(prob, rows, nll)
 
 
 def confidence_bounds(lr_lo: torch.Tensor, lr_hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -388,15 +434,16 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     still at most ``cut``, the rows are bounded again with the second-order group sums of
     :func:`_point_sums` (costlier, so only where the first bound did not discard the point).
     """
-    lo, hi = row_bounds(prob, a, b, g_lo, g_hi, criterion)
-    lb, est = _score_bounds(prob, lo, hi, criterion, n_bins, cut)
-    if a is b:
-        again = (g_lo == g_hi).cpu().numpy() & (True if cut is None else lb <= cut)
-        if again.any():
-            sel = torch.from_numpy(np.flatnonzero(again)).to(g_lo.device)
-            lo, hi = row_bounds(prob, a, b, g_lo[sel], g_hi[sel], criterion, tight=True)
-            lb[again] = np.maximum(lb[again], _score_bounds(prob, lo, hi, criterion, n_bins,
-                                                            None if cut is None else cut[again])[0])
+    nll = criterion == "nll"
+    gl, gh = g_lo.tolist(), g_hi.tolist()
+    rows = _rows(prob, a, b, gl, gh, nll)
+    lb, est = _score_bounds(prob, *_log_rho_bounds(prob, rows, nll), criterion, n_bins, cut)
+    if a is b:  # the second pass starts from the first one's pieces
+        again = np.flatnonzero((np.array(gl) == np.array(gh)) & (True if cut is None else lb <= cut))
+        if len(again):
+            tight = _tighten(prob, a, [rows[k] for k in again], [gl[k] for k in again], nll)
+            lb[again] = np.maximum(lb[again], _score_bounds(prob, *_log_rho_bounds(prob, tight, nll), criterion,
+                                                            n_bins, None if cut is None else cut[again])[0])
     return lb, est
 
 
