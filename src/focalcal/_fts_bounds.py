@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ._fts_search import (BIG_GAMMA, TIE_RTOL, _MIN_EXP, _MIN_U, Problem, _map, _run_parts, exact_scores,
+from ._fts_search import (BIG_GAMMA, TIE_RTOL, _MIN_EXP, Problem, _map, _run_parts, exact_scores,
                           one_minus_r, softplus)
 from .metrics.binned import _width_index
 
@@ -89,7 +89,7 @@ def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor |
             sl = prob.block(blk)
             dd = blocks[blk]  # (classes, rows of the block): a group is a run of leading rows
             for t, o in zip(temps, out):
-                u = torch.mul(dd, -1.0 / t).clamp_(min=_MIN_U)  # log w_j
+                u = prob.log_w(dd, 1.0 / t)  # log w_j
                 w = torch.exp(u)
                 w2 = w * w
                 # plain sums in class order (no differences of running sums); u w^2 <= 0 is negated
@@ -103,7 +103,8 @@ def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor |
 @dataclass
 class Terms:
     """Per-row quantities at one temperature: ``beta``, ``-beta delta_1``, ``log(1+E)``,
-    ``log(1 - q_t)``, ``r_t`` and the group sums of :func:`group_sums` (``ws``: of ``w_j``)."""
+    ``log(1 - q_t)``, ``r_t``, the group sums of :func:`group_sums` (``ws``: of ``w_j``) and
+    ``log w_j`` of each group's first and last class."""
 
     beta: float
     c1: torch.Tensor
@@ -113,6 +114,8 @@ class Terms:
     ws: torch.Tensor    # (groups, rows)
     w2: torch.Tensor    # (groups, rows)
     w2u: torch.Tensor   # (groups, rows)
+    u_first: torch.Tensor  # (groups, rows): log w_j of each group's first class
+    u_last: torch.Tensor   # (groups, rows): log w_j of each group's last class
     ends: list[torch.Tensor] | None = None  # the groups' q ranges at this temperature (_ends_at)
     lq_hi: torch.Tensor | None = None  # log q of each group's first class (_ends_at)
     point: _AtPoint | None = None  # what the second-order point bounds share (_at_point)
@@ -124,7 +127,8 @@ class Terms:
         ws, w2, w2u = sums
         log_e = torch.log(ws.sum(0)) + c1
         sp = softplus(log_e)
-        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws, w2, w2u)
+        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws, w2, w2u,
+                   prob.log_w(prob.dd_first, beta), prob.log_w(prob.dd_last, beta))
 
 
 def _q_ends(lq_lo: torch.Tensor, lq_hi: torch.Tensor) -> list[torch.Tensor]:
@@ -146,22 +150,22 @@ def _g_min(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
     with ``q`` iff ``gamma > 0``; so each extreme is at one corner, which the signs name.
     """
     l1_lo, f_lo, l1_hi, f_hi = ends
-    den_max = 1 + gh * (f_hi if gh >= 0 else f_lo)
-    return den_max.reciprocal_() if gl == 0 else torch.exp(-gl * (l1_lo if gl > 0 else l1_hi)).div_(den_max)
+    den_max = (f_hi if gh >= 0 else f_lo).mul(gh).add_(1)
+    return den_max.reciprocal_() if gl == 0 else torch.mul(l1_lo if gl > 0 else l1_hi, -gl).exp_().div_(den_max)
 
 
 def _g_max(ends: list[torch.Tensor], gl: float, gh: float) -> torch.Tensor:
     """Upper end of ``h^gamma(q)/q`` over a box (see :func:`_g_min`)."""
     l1_lo, f_lo, l1_hi, f_hi = ends
-    den_min = 1 + gl * (f_lo if gl >= 0 else f_hi)
-    return den_min.reciprocal_() if gh == 0 else torch.exp(-gh * (l1_hi if gh > 0 else l1_lo)).div_(den_min)
+    den_min = (f_lo if gl >= 0 else f_hi).mul(gl).add_(1)
+    return den_min.reciprocal_() if gh == 0 else torch.mul(l1_hi if gh > 0 else l1_lo, -gh).exp_().div_(den_min)
 
 
 def _ends_at(prob: Problem, t: Terms) -> list[torch.Tensor]:
     """:func:`_q_ends` of every group's range of ``q`` at the temperature of ``t`` (cached there)."""
     if t.ends is None:
-        lo = t.c1 + torch.mul(prob.dd_last, -t.beta).clamp_(min=_MIN_U) - t.sp
-        t.lq_hi = t.c1 + torch.mul(prob.dd_first, -t.beta).clamp_(min=_MIN_U) - t.sp
+        lo = t.c1 + t.u_last - t.sp
+        t.lq_hi = t.c1 + t.u_first - t.sp
         t.ends = _q_ends(lo, t.lq_hi)
     return t.ends
 
@@ -254,8 +258,8 @@ def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float
     if a is b:
         ends = _ends_at(prob, a)
     else:  # each group's q lie between its last class's at T_a and its first class's at T_b
-        lo = a.c1 + torch.mul(prob.dd_last, -a.beta).clamp_(min=_MIN_U) - b.sp
-        hi = b.c1 + torch.mul(prob.dd_first, -b.beta).clamp_(min=_MIN_U) - a.sp
+        lo = a.c1 + a.u_last - b.sp
+        hi = b.c1 + b.u_first - a.sp
         ends = _q_ends(lo, hi)
     if nll:
         # log(h(q_y) / h(q_t)) = -beta delta_y + log(row factor) + log(h(q_y) / q_y)
@@ -266,8 +270,8 @@ def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float
         # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
         row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
         row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
-        out.append(_Rows(row_lo, row_hi, _g_min(ends, gl, gh) * a.ws,
-                         None if nll else _g_max(ends, gl, gh) * b.ws,
+        out.append(_Rows(row_lo, row_hi, _g_min(ends, gl, gh).mul_(a.ws),
+                         None if nll else _g_max(ends, gl, gh).mul_(b.ws),
                          row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh)) if nll else None))
     return out
 

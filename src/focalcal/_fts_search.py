@@ -176,6 +176,7 @@ class Problem:
             self.ycol = torch.where(self.correct, torch.zeros_like(ycol), ycol)
         self.d1 = d[:, 0].contiguous()
         self.dd = (d - d[:, :1]).contiguous()
+        self.dd_max = float(self.dd.max()) if self.dd.numel() else 0.0
         if not dedupe:
             self.ddy = self.dd.gather(1, self.ycol.view(-1, 1)).squeeze(1)
         self.rows = d.shape[0]
@@ -193,6 +194,13 @@ class Problem:
         """``dd`` per row block, transposed to ``(classes, rows)`` (for the bounds' group sums)."""
         return [self.dd[self.block(i)].T.contiguous() for i in range(self.n_blocks)]
 
+    def log_w(self, dd: torch.Tensor, beta: float) -> torch.Tensor:
+        """``u = -beta dd`` for gaps ``dd`` of this set, clamped at ``_MIN_U`` (a pass skipped when
+        ``beta`` times the largest gap is below ``-_MIN_U``: rounding is monotone, so no ``u`` is then
+        below ``_MIN_U`` and the clamp would change nothing)."""
+        u = torch.mul(dd, -beta)
+        return u if self.dd_max * beta < -_MIN_U else u.clamp_(min=_MIN_U)
+
     def block(self, i: int) -> slice:
         return slice(i * self.nb, min(self.rows, (i + 1) * self.nb))
 
@@ -201,11 +209,11 @@ class Problem:
         return per_row if self.inverse is None else per_row[..., self.inverse]
 
 
-def _shared(d1: torch.Tensor, dd: torch.Tensor, beta: float):
-    """What depends on ``T`` only, for a block of rows: ``u = log w``, ``w``, ``c1``, ``log E``, ``log(1+E)``."""
-    u = torch.mul(dd, -beta).clamp_(min=_MIN_U)
+def _shared(prob: Problem, sl: slice, beta: float):
+    """What depends on ``T`` only, for the rows ``sl``: ``u = log w``, ``w``, ``c1``, ``log E``, ``log(1+E)``."""
+    u = prob.log_w(prob.dd[sl], beta)
     w = torch.exp(u)
-    c1 = d1 * -beta
+    c1 = prob.d1[sl] * -beta
     log_e = torch.log(w.sum(-1)) + c1
     return u, w, c1, log_e, softplus(log_e)
 
@@ -217,7 +225,7 @@ def _shared(d1: torch.Tensor, dd: torch.Tensor, beta: float):
 def _block_exact(prob: Problem, sl: slice, beta: float, gammas: Sequence[float],
                  out_rho: torch.Tensor, out_logp: torch.Tensor | None) -> None:
     """``rho`` (and ``log p_y``) of the rows ``sl`` for every gamma, written into ``out[:, sl]``."""
-    u, w, c1, log_e, sp = _shared(prob.d1[sl], prob.dd[sl], beta)
+    u, w, c1, log_e, sp = _shared(prob, sl, beta)
     log_u = log_e - sp  # log(1 - q_t)
     omr = one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP)))
     if any(g != 0 for g in gammas):
