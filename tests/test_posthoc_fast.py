@@ -268,6 +268,19 @@ def test_point_bounds_are_closer_than_the_group_ranges():
         assert (gain >= 2.5).all() and (gain[(gammas > 0) & (gammas <= 1)] >= 5).all(), (t, gain)
 
 
+def test_log_w_skips_the_clamp_only_where_it_changes_nothing():
+    """``Problem.log_w`` is ``-beta dd`` clamped at ``_MIN_U``, bit for bit, for betas whose largest
+    ``beta dd`` lies just below, at and above the clamp (the pass is skipped only below it)."""
+    z, y = _problem(300, 12, 3, scale=5.0)
+    prob = fts.Problem(z, y, dedupe=False)
+    edge = -fts._MIN_U / prob.dd_max
+    for beta in (edge * (1 - 1e-15), edge, edge * (1 + 1e-15), edge * 0.5, edge * 3.0):
+        want = torch.mul(prob.dd, -beta).clamp(min=fts._MIN_U)
+        assert torch.equal(prob.log_w(prob.dd, beta), want), beta
+        assert torch.equal(prob.log_w(prob.dd_first, beta), torch.mul(prob.dd_first, -beta).clamp(min=fts._MIN_U))
+    assert (prob.log_w(prob.dd, edge * 3.0) == fts._MIN_U).any()  # the clamp did act there
+
+
 @pytest.mark.parametrize("binning", ["width", "mass"])
 def test_binned_bound_of_exact_confidences_is_the_calibration_error(binning):
     """Where every confidence is known (``c_lo = c_hi``), the binned bound is the binned error
