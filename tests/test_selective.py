@@ -74,7 +74,7 @@ def test_aurc_equals_metrics_aurc_for_untied_scores():
 
 
 def test_aurc_of_all_errors_is_one_not_more():
-    """Every prediction wrong: the risk is 1 at every coverage, so the AURC is 1. The rank weights
+    """Every prediction wrong: the risk is 1 at every coverage, so the AURC is 1 (and E-AURC 0). The rank weights
     sum to 1 + 2e-16 in floating point on this sample (found by the property test of
     test_metrics); the area stays a fraction."""
     logits = torch.tensor([[2.2522, -1.3599, 2.0486], [-0.3440, -0.6978, -0.7730], [0.4688, -0.2717, 0.4738],
@@ -83,6 +83,8 @@ def test_aurc_of_all_errors_is_one_not_more():
     labels = torch.tensor([2, 2, 0, 0, 1, 0])
     assert (logits.argmax(-1) != labels).all()
     assert metrics.aurc(logits=logits, labels=labels) == 1.0
+    # the excess over the optimum (every ranking is optimal here) is 0, not 2e-16
+    assert metrics.eaurc(logits=logits, labels=labels, optimum="exact") == 0.0
 
 
 def test_weights_are_the_library_aurc_weights_with_threshold_ties():

@@ -62,6 +62,13 @@ def _aurc_inputs(probs: ArrayLike | None, labels: ArrayLike | None, logits: Arra
     return key, err, logp.dtype
 
 
+def _area(key: Tensor, err: Tensor, ties: str) -> Tensor:
+    """``mean_i alpha_i err_i`` (float64), the AURC of :func:`aurc` and :func:`eaurc`."""
+    # the weights of N samples sum to N exactly, but not in floating point: all errors could give
+    # 1 + 2e-16; the area is a fraction, so it is kept in [0, 1]
+    return (aurc_weights(key, ties=ties) * err).mean(-1).clamp_(0, 1)
+
+
 def aurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
          logits: ArrayLike | None = None, score: str = "msp", ties: str = "average") -> Tensor:
     """Area under the risk-coverage curve with the 0/1 loss (Geifman et al. 2019).
@@ -95,9 +102,7 @@ def aurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
     tensor(0.2708)
     """
     key, err, dtype = _aurc_inputs(probs, labels, logits, score)
-    # the weights of N samples sum to N exactly, but not in floating point: all errors could give
-    # 1 + 2e-16; the area is a fraction, so it is kept in [0, 1]
-    return (aurc_weights(key, ties=ties) * err).mean(-1).clamp_(0, 1).to(dtype)
+    return _area(key, err, ties).to(dtype)
 
 
 def eaurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
@@ -137,4 +142,4 @@ def eaurc(probs: ArrayLike | None = None, labels: ArrayLike | None = None, *,
         harm = torch.special.digamma(torch.tensor(n + 1.0, dtype=torch.float64)) \
             - torch.special.digamma(n - e + 1)
         best = (e - (n - e) * harm) / n
-    return ((aurc_weights(key, ties=ties) * err).mean(-1) - best).to(dtype)
+    return (_area(key, err, ties) - best).to(dtype)
