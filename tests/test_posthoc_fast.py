@@ -268,6 +268,27 @@ def test_point_bounds_are_closer_than_the_group_ranges():
         assert (gain >= 2.5).all() and (gain[(gammas > 0) & (gammas <= 1)] >= 5).all(), (t, gain)
 
 
+def test_nll_box_bounds_are_of_second_order_in_the_width_at_gamma_zero():
+    """Over a box of temperatures the NLL bound is cross-entropy (convex in ``beta``: tangents at
+    both ends) plus the focal correction (``_split_lower``). At gamma = 0 the correction vanishes,
+    so the gap to the exact minimum over the box shrinks about 4x when the box halves; the bound
+    from the ends' row terms alone loses a first-order term (0.03-0.3 here) and fails this."""
+    z, y = _problem(3000, 100, 29)
+    prob = fts.Problem(z, y, dedupe=False)
+    temps = np.round(np.arange(1.3, 2.3, 0.01), 2)
+    grid = fts.grid_scores(prob, torch.from_numpy(temps), torch.zeros(1, dtype=torch.float64), "nll", 15, None)[0]
+    j0 = int(grid.argmin())
+    zero = torch.zeros(1, dtype=torch.float64)
+    gaps = []
+    for half in (16, 8, 4, 2):
+        ta, tb = float(temps[j0 - half]), float(temps[j0 + half])
+        a, b = (fb.Terms.at(prob, t, s) for t, s in zip((ta, tb), fb.group_sums(prob, [ta, tb], None)))
+        lb = fb.box_bounds(prob, a, b, zero, zero, "nll")[0][0]
+        gaps.append(float(grid[j0 - half:j0 + half + 1].min()) - lb)
+    assert all(g >= -1e-12 for g in gaps), gaps
+    assert gaps[-1] < 3e-4 and all(g1 < g0 / 3 for g0, g1 in zip(gaps, gaps[1:])), gaps
+
+
 def test_log_w_skips_the_clamp_only_where_it_changes_nothing():
     """``Problem.log_w`` is ``-beta dd`` clamped at ``_MIN_U``, bit for bit, for betas whose largest
     ``beta dd`` lies just below, at and above the clamp (the pass is skipped only below it)."""

@@ -26,7 +26,10 @@ exact score found (branch and bound over temperature intervals, one path per gam
   triangle inequality over bins, for equal-width and equal-mass bins alike). At a single
   temperature the confidence intervals are narrow enough for a sharper bound: rows whose possible
   bins lie in one run of bins count in that run's sum, the others cost their largest error
-  (:func:`binned_lower_bound`). The NLL is bounded row by row.
+  (:func:`binned_lower_bound`). The NLL is bounded row by row; over a box of temperatures also
+  as the mean cross-entropy (convex in ``beta``: tangents at the box's ends, from the slope that
+  :func:`group_sums` also returns) plus the focal map's correction bounded row by row
+  (:func:`_split_lower`), which at ``gamma = 0`` is of second order in the box's width.
 * Every path is cut into boxes of ``_FIRST_STEP`` temperatures; a box whose bound does not exceed
   the best exact score of its group (plus the tie tolerance) is split at its middle temperature,
   whose own point bound is computed (a half of at most ``_POINT_WIDTH`` steps is not bounded as a
@@ -78,8 +81,15 @@ __all__ = ["BIG_GAMMA", "Path", "box_bounds", "binned_lower_bound", "fast_scores
 def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
     """Per temperature, ``(3, groups, rows)``: over each group of classes the sums of ``w_j``, of
     ``w_j^2`` and of ``w_j^2 beta delta_j`` (the one pass over all classes that a bound needs; the
-    last two serve the point bounds, :func:`_point_sums`)."""
-    out = [torch.empty(3, len(prob.starts), prob.rows, dtype=torch.float64, device=prob.device) for _ in temps]
+    last two serve the point bounds, :func:`_point_sums`). For the NLL (rows not deduplicated) a
+    fourth, ``(4, groups, rows)``, holds the sum over all classes of ``w_j (delta_j - delta_1)`` in
+    its first row and zeros below: the slope of the cross-entropy (:func:`_ce_moments`)."""
+    nll = prob.weights is None
+    out = [torch.empty(4 if nll else 3, len(prob.starts), prob.rows, dtype=torch.float64, device=prob.device)
+           for _ in temps]
+    if nll:
+        for o in out:
+            o[3, 1:] = 0
     blocks = prob.dd_t  # prepared here, not in the worker threads
     sizes = torch.tensor(prob.ends) - torch.tensor(prob.starts)
     group = torch.repeat_interleave(torch.arange(len(sizes)), sizes).to(prob.device)  # each class's group
@@ -89,9 +99,12 @@ def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor |
             sl = prob.block(blk)
             dd = blocks[blk]  # (classes, rows of the block): a group is a run of leading rows
             for t, o in zip(temps, out):
-                u = prob.log_w(dd, 1.0 / t)  # log w_j
+                beta = 1.0 / t
+                u = prob.log_w(dd, beta)  # log w_j
                 w = torch.exp(u)
                 w2 = w * w
+                if nll:  # -u / beta = delta_j - delta_1 (where u is clamped, a term below e^-300 of w_1 = 1)
+                    o[3, 0, sl] = (u * w).sum(0).mul_(-1.0 / beta)
                 # plain sums in class order (no differences of running sums); u w^2 <= 0 is negated
                 for m, (x, sign) in enumerate(((w, 1), (w2, 1), (u.mul_(w2), -1))):
                     o[m, :, sl] = torch.zeros_like(o[m, :, sl]).index_add_(0, group, x, alpha=sign)
@@ -103,8 +116,9 @@ def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor |
 @dataclass
 class Terms:
     """Per-row quantities at one temperature: ``beta``, ``-beta delta_1``, ``log(1+E)``,
-    ``log(1 - q_t)``, ``r_t``, the group sums of :func:`group_sums` (``ws``: of ``w_j``) and
-    ``log w_j`` of each group's first and last class."""
+    ``log(1 - q_t)``, ``r_t``, the group sums of :func:`group_sums` (``ws``: of ``w_j``),
+    ``log w_j`` of each group's first and last class and, for the NLL, the mean cross-entropy of
+    ``softmax(z / T)`` and its derivative in ``beta`` (:func:`_ce_moments`)."""
 
     beta: float
     c1: torch.Tensor
@@ -119,16 +133,52 @@ class Terms:
     ends: list[torch.Tensor] | None = None  # the groups' q ranges at this temperature (_ends_at)
     lq_hi: torch.Tensor | None = None  # log q of each group's first class (_ends_at)
     point: _AtPoint | None = None  # what the second-order point bounds share (_at_point)
+    ce: tuple[float, float] | None = None  # NLL only: mean cross-entropy and its slope in beta
 
     @classmethod
     def at(cls, prob: Problem, t: float, sums: torch.Tensor) -> Terms:
         beta = 1.0 / t
         c1 = prob.d1 * -beta
-        ws, w2, w2u = sums
+        ws, w2, w2u = sums[:3]
         log_e = torch.log(ws.sum(0)) + c1
         sp = softplus(log_e)
-        return cls(beta, c1, sp, log_e - sp, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws, w2, w2u,
-                   prob.log_w(prob.dd_first, beta), prob.log_w(prob.dd_last, beta))
+        lu = log_e - sp
+        return cls(beta, c1, sp, lu, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws, w2, w2u,
+                   prob.log_w(prob.dd_first, beta), prob.log_w(prob.dd_last, beta),
+                   ce=_ce_moments(prob, beta, c1, sp, lu, sums[3]) if len(sums) == 4 else None)
+
+
+def _ce_moments(prob: Problem, beta: float, c1: torch.Tensor, sp: torch.Tensor, lu: torch.Tensor,
+                wdd: torch.Tensor) -> tuple[float, float]:
+    r"""Mean cross-entropy of ``softmax(beta z)`` and its derivative in ``beta``.
+
+    Per row :math:`CE = \log(1 + E) + [y \ne t]\,\beta\delta_y` and, with :math:`\delta_j =
+    \delta_1 + (\delta_j - \delta_1)`, :math:`CE' = [y \ne t]\,\delta_y - \sum_{j \ne t} q_j
+    \delta_j = [y \ne t]\,\delta_y - (1 - q_t)\,\delta_1 - q_1 \sum_j w_j (\delta_j - \delta_1)`
+    (``q_1`` the runner-up's ``q``; ``wdd`` the group sums of ``w_j (delta_j - delta_1)``).
+    """
+    dy = torch.where(prob.correct, torch.zeros_like(prob.d1), prob.d1 + prob.ddy)
+    ce = float((sp + beta * dy).mean())
+    slope = dy - prob.d1 * torch.exp(lu) - torch.exp(c1 - sp) * wdd.sum(0)
+    return ce, float(slope.mean())
+
+
+def _ce_lower(a: Terms, b: Terms) -> float:
+    r"""Lower bound of the mean cross-entropy over ``beta`` in ``[b.beta, a.beta]``.
+
+    Each row's cross-entropy is convex in ``beta`` (a log-sum-exp of affine functions of ``beta``,
+    plus an affine term), so the mean lies above its tangents at both ends; the larger of the two
+    tangents is smallest where they cross. The bound is of second order in the width of the
+    interval, where a bound row by row from the ends' values alone is of first order.
+    """
+    (fa, da), (fb, db) = a.ce, b.ce
+    if db >= 0:  # increasing from the left end on
+        return fb
+    if da <= 0:  # decreasing up to the right end
+        return fa
+    x = min(max((fa - fb - da * a.beta + db * b.beta) / (db - da), b.beta), a.beta)
+    # at any x the smaller tangent is below the crossing point (one falls, the other rises)
+    return min(fb + db * (x - b.beta), fa + da * (x - a.beta))
 
 
 def _q_ends(lq_lo: torch.Tensor, lq_hi: torch.Tensor) -> list[torch.Tensor]:
@@ -244,13 +294,15 @@ def _point_sums(t: Terms, p: _AtPoint, g: float, upper: bool) -> tuple[torch.Ten
 class _Rows:
     """One box's pieces of :func:`row_bounds`, per row: the ends of the log row factor, the group
     sums' lower (and, for the ECE criteria, upper) bounds ``(groups, rows)`` and, for the NLL, the
-    upper end of ``log(h(q_y) / h(q_t))``."""
+    upper end of ``log(h(q_y) / h(q_t))`` and the lower ends of ``h^gamma(q)/q`` over each group
+    (``h_lo``, for :func:`_split_lower`)."""
 
     row_lo: torch.Tensor
     row_hi: torch.Tensor
     s_lo: torch.Tensor
     s_hi: torch.Tensor | None
     lry_hi: torch.Tensor | None
+    h_lo: torch.Tensor | None = None
 
 
 def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float], nll: bool) -> list[_Rows]:
@@ -270,9 +322,10 @@ def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float
         # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
         row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
         row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
-        out.append(_Rows(row_lo, row_hi, _g_min(ends, gl, gh).mul_(a.ws),
-                         None if nll else _g_max(ends, gl, gh).mul_(b.ws),
-                         row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh)) if nll else None))
+        h_lo = _g_min(ends, gl, gh)
+        out.append(_Rows(row_lo, row_hi, h_lo * a.ws, None if nll else _g_max(ends, gl, gh).mul_(b.ws),
+                         row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh)) if nll else None,
+                         h_lo if nll else None))
     return out
 
 
@@ -299,6 +352,40 @@ def _log_rho_bounds(prob: Problem, rows: list[_Rows], nll: bool) -> tuple[torch.
             out_hi.append(r.row_hi + torch.log(r.s_hi.sum(0)))
     lo_all = torch.stack(out_lo)
     return lo_all, (torch.full_like(lo_all, math.inf) if nll else torch.stack(out_hi))
+
+
+def _split_lower(prob: Problem, a: Terms, b: Terms, rows: list[_Rows], g_lo: list[float],
+                 g_hi: list[float]) -> np.ndarray:
+    r"""Lower bounds of the mean NLL over boxes ``[g_lo, g_hi] x [T_a, T_b]`` of more than one
+    temperature, as cross-entropy plus the focal map's correction.
+
+    With :math:`H = h^\gamma(q)/q`, :math:`\rho = E m`, where :math:`m = \bar H / H(q_t)` and
+    :math:`\bar H` is the ``w``-weighted mean of :math:`H(q_j)` over the non-top classes, so
+    :math:`-\log p_y = CE + \psi(E, m) - [y \ne t] \log(H(q_y)/H(q_t))` with
+    :math:`\psi = \log(1 + E m) - \log(1 + E)`. The mean cross-entropy is bounded by
+    :func:`_ce_lower`. :math:`\psi` increases with ``m`` and, with ``E``, rises iff ``m > 1``;
+    over the box ``E`` lies between its values at the ends, and :math:`\bar H \ge h_0 + \sum_G
+    S_G(T_a)(h_G - h_0) / \sum_G S_G(T_b)`, ``h_G`` the lower end of ``H`` over group ``G``,
+    ``h_0`` their minimum (each group's weight ``S_G`` lies between its values at the ends). The
+    correction moves with ``beta`` only through ``H``, so this bound loses a first-order term in
+    the box's width times ``gamma``, where :func:`row_bounds` loses one in the width alone.
+    """
+    ce = _ce_lower(a, b)
+    by = b.beta * (prob.d1 + prob.ddy)
+    zero = torch.zeros_like(by)
+    le_a, le_b = a.lu + a.sp, b.lu + b.sp  # log E at the ends (E falls with beta)
+    den = b.ws.sum(0)
+    out = np.empty(len(rows))
+    for k, (r, gl, gh) in enumerate(zip(rows, g_lo, g_hi)):
+        # lower end of log(1 / H(q_t)) = gamma log(1 - q_t) + log(1 + gamma r_t) (row_lo without -beta delta_1)
+        lo_t = gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
+        h0 = r.h_lo.amin(0)
+        log_m = lo_t + torch.log(h0 + (r.h_lo - h0).mul_(a.ws).sum(0).div_(den))
+        le = torch.where(log_m >= 0, le_a, le_b)
+        # [y != t] log(H(q_y)/H(q_t)) <= lry_hi + beta_b delta_y (lry_hi includes -beta_b delta_y)
+        corr = torch.where(prob.correct, zero, r.lry_hi + by)
+        out[k] = float((softplus(le + log_m) - softplus(le) - corr).mean())
+    return ce + out
 
 
 def row_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torch.Tensor,
@@ -434,7 +521,8 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     The binned l1 calibration errors are bounded by the 1-bin error ``|mean(conf) - accuracy|``,
     raised to :func:`binned_lower_bound` for the boxes whose 1-bin bound is at most ``cut`` (all
     when ``cut`` is None; the search skips the boxes it would discard anyway). The NLL is bounded
-    row by row (:func:`row_bounds`). At a point (``a is b``, ``g_lo == g_hi``) whose bound is
+    row by row (:func:`row_bounds`) and, over more than one temperature where that bound is at most
+    ``cut``, also by :func:`_split_lower` (the larger bound is kept). At a point (``a is b``, ``g_lo == g_hi``) whose bound is
     still at most ``cut``, the rows are bounded again with the second-order group sums of
     :func:`_point_sums` (costlier, so only where the first bound did not discard the point).
     """
@@ -442,6 +530,11 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     gl, gh = g_lo.tolist(), g_hi.tolist()
     rows = _rows(prob, a, b, gl, gh, nll)
     lb, est = _score_bounds(prob, *_log_rho_bounds(prob, rows, nll), criterion, n_bins, cut)
+    if nll and a is not b and a.ce is not None and b.ce is not None:  # where the first bound keeps the box
+        split = np.arange(len(lb)) if cut is None else np.flatnonzero(lb <= cut)
+        if len(split):
+            lb[split] = np.maximum(lb[split], _split_lower(prob, a, b, [rows[k] for k in split],
+                                                           [gl[k] for k in split], [gh[k] for k in split]))
     if a is b:  # the second pass starts from the first one's pieces
         again = np.flatnonzero((np.array(gl) == np.array(gh)) & (True if cut is None else lb <= cut))
         if len(again):
@@ -503,7 +596,9 @@ class _Search:
         bound only where the 1-bin one does not already discard the box (:func:`box_bounds`)."""
         # the binned bound for points only (over a box of temperatures the confidence intervals
         # are too wide for it to pay), and once their group has a score to compare with
-        cuts = np.array([_cut(self.best[self.paths[s].group]) if i == j else -np.inf for s, i, j in boxes])
+        # (the NLL's boxes take the cut too: their second bound is computed only where it may discard)
+        nll = self.criterion == "nll"
+        cuts = np.array([_cut(self.best[self.paths[s].group]) if i == j or nll else -np.inf for s, i, j in boxes])
         cuts[np.isinf(cuts)] = -np.inf
         ranges = []
         for s, i, j in boxes:
