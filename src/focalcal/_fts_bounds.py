@@ -155,7 +155,8 @@ def _ce_moments(prob: Problem, beta: float, c1: torch.Tensor, sp: torch.Tensor, 
     Per row :math:`CE = \log(1 + E) + [y \ne t]\,\beta\delta_y` and, with :math:`\delta_j =
     \delta_1 + (\delta_j - \delta_1)`, :math:`CE' = [y \ne t]\,\delta_y - \sum_{j \ne t} q_j
     \delta_j = [y \ne t]\,\delta_y - (1 - q_t)\,\delta_1 - q_1 \sum_j w_j (\delta_j - \delta_1)`
-    (``q_1`` the runner-up's ``q``; ``wdd`` the group sums of ``w_j (delta_j - delta_1)``).
+    (``q_1`` the runner-up's ``q``; ``wdd`` holds the sum over all classes of ``w_j (delta_j -
+    delta_1)``, from :func:`group_sums`).
     """
     dy = torch.where(prob.correct, torch.zeros_like(prob.d1), prob.d1 + prob.ddy)
     ce = float((sp + beta * dy).mean())
@@ -522,9 +523,10 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     raised to :func:`binned_lower_bound` for the boxes whose 1-bin bound is at most ``cut`` (all
     when ``cut`` is None; the search skips the boxes it would discard anyway). The NLL is bounded
     row by row (:func:`row_bounds`) and, over more than one temperature where that bound is at most
-    ``cut``, also by :func:`_split_lower` (the larger bound is kept). At a point (``a is b``, ``g_lo == g_hi``) whose bound is
-    still at most ``cut``, the rows are bounded again with the second-order group sums of
-    :func:`_point_sums` (costlier, so only where the first bound did not discard the point).
+    ``cut``, also by :func:`_split_lower` (the larger bound is kept). At a point (``a is b``,
+    ``g_lo == g_hi``) whose bound is still at most ``cut``, the rows are bounded again with the
+    second-order group sums of :func:`_point_sums` (costlier, so only where the first bound did not
+    discard the point).
     """
     nll = criterion == "nll"
     gl, gh = g_lo.tolist(), g_hi.tolist()
