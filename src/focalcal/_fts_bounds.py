@@ -19,8 +19,8 @@ exact score found (branch and bound over temperature intervals, one path per gam
   confidence (:func:`row_bounds`).
 * At a single ``(gamma, T)`` whose bound does not discard it, the rows are bounded again with
   second-order group sums (:func:`_point_sums`: Jensen's inequality and the chord over each group's
-  ``f``, with the sums of ``w_j^2`` and ``w_j^2 beta delta_j`` that :func:`group_sums` also
-  returns). The worst case over a group's ``q`` loses terms of first order in ``gamma``: on 10k x
+  ``f``, with the sums of ``w_j^2`` and ``w_j^2 beta delta_j``, one more pass over the classes,
+  :func:`second_sums`, at the temperatures where a point needs it). The worst case over a group's ``q`` loses terms of first order in ``gamma``: on 10k x
   100 N(0, 9) logits it left 200 of the 4500 pairs to the exact NLL, the second-order sums 51.
 * Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|`` (the
   triangle inequality over bins, for equal-width and equal-mass bins alike). At a single
@@ -50,6 +50,7 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -78,47 +79,71 @@ __all__ = ["BIG_GAMMA", "Path", "box_bounds", "binned_lower_bound", "fast_scores
 # lower bounds over boxes of (gamma, T)
 # ============================================================================================
 
-def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
-    """Per temperature, ``(3, groups, rows)``: over each group of classes the sums of ``w_j``, of
-    ``w_j^2`` and of ``w_j^2 beta delta_j`` (the one pass over all classes that a bound needs; the
-    last two serve the point bounds, :func:`_point_sums`). For the NLL (rows not deduplicated) a
-    fourth, ``(4, groups, rows)``, holds the sum over all classes of ``w_j (delta_j - delta_1)`` in
-    its first row and zeros below: the slope of the cross-entropy (:func:`_ce_moments`)."""
-    nll = prob.weights is None
-    out = [torch.empty(4 if nll else 3, len(prob.starts), prob.rows, dtype=torch.float64, device=prob.device)
-           for _ in temps]
-    if nll:
-        for o in out:
-            o[3, 1:] = 0
+class Sums(NamedTuple):
+    """The first pass over the classes at one temperature (:func:`group_sums`)."""
+
+    ws: torch.Tensor  # (groups, rows): sums of w_j over each group
+    wdd: torch.Tensor | None  # (rows,), NLL only: sum over all classes of w_j (delta_j - delta_1)
+
+
+def _class_pass(prob: Problem, betas: Sequence[float], outs: list[list[torch.Tensor]], second: bool,
+                pool: ThreadPoolExecutor | None) -> None:
+    """Fill ``outs[i]`` (see :func:`group_sums` and :func:`second_sums`) at ``betas[i]``, block by block."""
     blocks = prob.dd_t  # prepared here, not in the worker threads
     sizes = torch.tensor(prob.ends) - torch.tensor(prob.starts)
     group = torch.repeat_interleave(torch.arange(len(sizes)), sizes).to(prob.device)  # each class's group
+
+    def add(o: torch.Tensor, sl: slice, x: torch.Tensor, sign: int) -> None:
+        # plain sums in class order (no differences of running sums)
+        o[:, sl] = torch.zeros_like(o[:, sl]).index_add_(0, group, x, alpha=sign)
 
     def part(b0: int, b1: int) -> None:
         for blk in range(b0, b1):
             sl = prob.block(blk)
             dd = blocks[blk]  # (classes, rows of the block): a group is a run of leading rows
-            for t, o in zip(temps, out):
-                beta = 1.0 / t
+            for beta, o in zip(betas, outs):
                 u = prob.log_w(dd, beta)  # log w_j
                 w = torch.exp(u)
-                w2 = w * w
-                if nll:  # -u / beta = delta_j - delta_1 (where u is clamped, a term below e^-300 of w_1 = 1)
-                    o[3, 0, sl] = (u * w).sum(0).mul_(-1.0 / beta)
-                # plain sums in class order (no differences of running sums); u w^2 <= 0 is negated
-                for m, (x, sign) in enumerate(((w, 1), (w2, 1), (u.mul_(w2), -1))):
-                    o[m, :, sl] = torch.zeros_like(o[m, :, sl]).index_add_(0, group, x, alpha=sign)
+                if second:  # u w^2 <= 0 is negated
+                    w2 = w * w
+                    add(o[0], sl, w2, 1)
+                    add(o[1], sl, u.mul_(w2), -1)
+                    continue
+                add(o[0], sl, w, 1)
+                if len(o) == 2:  # -u / beta = delta_j - delta_1 (where u is clamped, a term below e^-300 of w_1)
+                    o[1][sl] = (u * w).sum(0).mul_(-1.0 / beta)
 
     _run_parts(pool, part, prob.n_blocks)
-    return out
+
+
+def group_sums(prob: Problem, temps: Sequence[float], pool: ThreadPoolExecutor | None) -> list[Sums]:
+    """Per temperature, over each group of classes the sums of ``w_j`` and, for the NLL (rows not
+    deduplicated), the sum over all classes of ``w_j (delta_j - delta_1)``, the slope of the
+    cross-entropy (:func:`_ce_moments`): the one pass over all classes that a bound needs."""
+    nll = prob.weights is None
+    shape = (len(prob.starts), prob.rows)
+    outs = [[torch.empty(shape, dtype=torch.float64, device=prob.device)]
+            + ([torch.empty(prob.rows, dtype=torch.float64, device=prob.device)] if nll else []) for _ in temps]
+    _class_pass(prob, [1.0 / t for t in temps], outs, False, pool)
+    return [Sums(o[0], o[1] if nll else None) for o in outs]
+
+
+def second_sums(prob: Problem, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Over each group of classes the sums of ``w_j^2`` and of ``w_j^2 beta delta_j``, ``(groups,
+    rows)`` each, at one temperature (for the point bounds, :func:`_point_sums`; computed only at
+    temperatures where some point needs them, on the calling thread)."""
+    out = [torch.empty(len(prob.starts), prob.rows, dtype=torch.float64, device=prob.device) for _ in range(2)]
+    _class_pass(prob, [beta], [out], True, None)
+    return out[0], out[1]
 
 
 @dataclass
 class Terms:
     """Per-row quantities at one temperature: ``beta``, ``-beta delta_1``, ``log(1+E)``,
-    ``log(1 - q_t)``, ``r_t``, the group sums of :func:`group_sums` (``ws``: of ``w_j``),
-    ``log w_j`` of each group's first and last class and, for the NLL, the mean cross-entropy of
-    ``softmax(z / T)`` and its derivative in ``beta`` (:func:`_ce_moments`)."""
+    ``log(1 - q_t)``, ``r_t``, the group sums of ``w_j`` (:func:`group_sums`), ``log w_j`` of each
+    group's first and last class and, for the NLL, the mean cross-entropy of ``softmax(z / T)`` and
+    its derivative in ``beta`` (:func:`_ce_moments`); the sums of :func:`second_sums` once a point
+    bound needs them."""
 
     beta: float
     c1: torch.Tensor
@@ -126,26 +151,25 @@ class Terms:
     lu: torch.Tensor
     r: torch.Tensor
     ws: torch.Tensor    # (groups, rows)
-    w2: torch.Tensor    # (groups, rows)
-    w2u: torch.Tensor   # (groups, rows)
     u_first: torch.Tensor  # (groups, rows): log w_j of each group's first class
     u_last: torch.Tensor   # (groups, rows): log w_j of each group's last class
+    w2: torch.Tensor | None = None   # (groups, rows), second_sums (_at_point)
+    w2u: torch.Tensor | None = None  # (groups, rows), second_sums (_at_point)
     ends: list[torch.Tensor] | None = None  # the groups' q ranges at this temperature (_ends_at)
     lq_hi: torch.Tensor | None = None  # log q of each group's first class (_ends_at)
     point: _AtPoint | None = None  # what the second-order point bounds share (_at_point)
     ce: tuple[float, float] | None = None  # NLL only: mean cross-entropy and its slope in beta
 
     @classmethod
-    def at(cls, prob: Problem, t: float, sums: torch.Tensor) -> Terms:
+    def at(cls, prob: Problem, t: float, sums: Sums) -> Terms:
         beta = 1.0 / t
         c1 = prob.d1 * -beta
-        ws, w2, w2u = sums[:3]
-        log_e = torch.log(ws.sum(0)) + c1
+        log_e = torch.log(sums.ws.sum(0)) + c1
         sp = softplus(log_e)
         lu = log_e - sp
-        return cls(beta, c1, sp, lu, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), ws, w2, w2u,
+        return cls(beta, c1, sp, lu, 1 - one_minus_r(torch.exp(log_e.clamp(min=_MIN_EXP))), sums.ws,
                    prob.log_w(prob.dd_first, beta), prob.log_w(prob.dd_last, beta),
-                   ce=_ce_moments(prob, beta, c1, sp, lu, sums[3]) if len(sums) == 4 else None)
+                   ce=None if sums.wdd is None else _ce_moments(prob, beta, c1, sp, lu, sums.wdd))
 
 
 def _ce_moments(prob: Problem, beta: float, c1: torch.Tensor, sp: torch.Tensor, lu: torch.Tensor,
@@ -155,12 +179,12 @@ def _ce_moments(prob: Problem, beta: float, c1: torch.Tensor, sp: torch.Tensor, 
     Per row :math:`CE = \log(1 + E) + [y \ne t]\,\beta\delta_y` and, with :math:`\delta_j =
     \delta_1 + (\delta_j - \delta_1)`, :math:`CE' = [y \ne t]\,\delta_y - \sum_{j \ne t} q_j
     \delta_j = [y \ne t]\,\delta_y - (1 - q_t)\,\delta_1 - q_1 \sum_j w_j (\delta_j - \delta_1)`
-    (``q_1`` the runner-up's ``q``; ``wdd`` holds the sum over all classes of ``w_j (delta_j -
-    delta_1)``, from :func:`group_sums`).
+    (``q_1`` the runner-up's ``q``; ``wdd`` the sum over all classes of ``w_j (delta_j - delta_1)``,
+    from :func:`group_sums`).
     """
     dy = torch.where(prob.correct, torch.zeros_like(prob.d1), prob.d1 + prob.ddy)
     ce = float((sp + beta * dy).mean())
-    slope = dy - prob.d1 * torch.exp(lu) - torch.exp(c1 - sp) * wdd.sum(0)
+    slope = dy - prob.d1 * torch.exp(lu) - torch.exp(c1 - sp) * wdd
     return ce, float(slope.mean())
 
 
@@ -238,6 +262,7 @@ def _at_point(prob: Problem, t: Terms) -> _AtPoint:
     """The :class:`_AtPoint` of ``t`` (cached there; built only where a second-order bound is needed)."""
     if t.point is None:
         _ends_at(prob, t)
+        t.w2, t.w2u = second_sums(prob, t.beta)
         # C = q of the runner-up, raised to e^-40 where it is smaller: the sums C w_j^2 and C w_j^2
         # beta delta_j then stay normal numbers (a subnormal operand costs 6-20x per element); the
         # raise moves C sum_j w_j^2 by at most e^-40 S_1 and F by at most 41 e^-40, so a group sum
