@@ -20,8 +20,9 @@ exact score found (branch and bound over temperature intervals, one path per gam
 * At a single ``(gamma, T)`` whose bound does not discard it, the rows are bounded again with
   second-order group sums (:func:`_point_sums`: Jensen's inequality and the chord over each group's
   ``f``, with the sums of ``w_j^2`` and ``w_j^2 beta delta_j``, one more pass over the classes,
-  :func:`second_sums`, at the temperatures where a point needs it). The worst case over a group's ``q`` loses terms of first order in ``gamma``: on 10k x
-  100 N(0, 9) logits it left 200 of the 4500 pairs to the exact NLL, the second-order sums 51.
+  :func:`second_sums`, at the temperatures where a point needs it). The worst case over a
+  group's ``q`` loses terms of first order in ``gamma``: on 10k x 100 N(0, 9) logits it left 200
+  of the 4500 pairs to the exact NLL, the second-order sums 51.
 * Any binned l1 calibration error is at least the 1-bin one, ``|mean(conf) - accuracy|`` (the
   triangle inequality over bins, for equal-width and equal-mass bins alike). At a single
   temperature the confidence intervals are narrow enough for a sharper bound: rows whose possible
