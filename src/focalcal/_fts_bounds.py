@@ -684,11 +684,13 @@ class _Search:
 
     def run(self) -> dict[Point, float]:
         boxes: list[Box] = []
+        ends: list[Point] = []
         for s, path in enumerate(self.paths):
             last = len(path.temps) - 1
             cuts = sorted(set(range(0, last, _FIRST_STEP)) | {last})
             boxes += [(s, a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b - a >= 2]
-            self.point_bounds([(s, i) for i in cuts])
+            ends += [(s, i) for i in cuts]
+        self.point_bounds(ends)  # in one call: the paths' points of a temperature share its work
         while boxes:
             self.incumbents()
             lb, _ = self.bounds(boxes)
