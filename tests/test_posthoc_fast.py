@@ -289,6 +289,33 @@ def test_nll_box_bounds_are_of_second_order_in_the_width_at_gamma_zero():
     assert gaps[-1] < 3e-4 and all(g1 < g0 / 3 for g0, g1 in zip(gaps, gaps[1:])), gaps
 
 
+def test_the_passes_over_the_classes_return_their_sums():
+    """``group_sums`` (sums of ``w_j`` per group, the NLL's ``sum_j w_j (delta_j - delta_1)``),
+    ``second_sums`` (of ``w_j^2`` and ``w_j^2 beta delta_j``, computed when a point needs them) and
+    ``_ce_moments`` (mean cross-entropy of ``softmax(z / T)`` and its slope in ``beta``, checked
+    against ``F.cross_entropy`` and autograd) agree with their definitions."""
+    z, y = _problem(700, 23, 31)
+    prob = fts.Problem(z, y, dedupe=False)
+    groups = list(zip(prob.starts, prob.ends))
+    for t in (0.3, 1.0, 2.5):
+        beta = 1.0 / t
+        sums = fb.group_sums(prob, [t], None)[0]
+        w = torch.exp(-beta * prob.dd)
+        want = torch.stack([w[:, a:e].sum(1) for a, e in groups])
+        torch.testing.assert_close(sums.ws, want, rtol=1e-13, atol=0)
+        torch.testing.assert_close(sums.wdd, (w * prob.dd).sum(1), rtol=1e-12, atol=1e-300)
+        terms = fb.Terms.at(prob, t, sums)
+        assert terms.w2 is None  # not computed until a point needs it
+        fb._at_point(prob, terms)
+        for got, x in ((terms.w2, w * w), (terms.w2u, w * w * beta * prob.dd)):
+            torch.testing.assert_close(got, torch.stack([x[:, a:e].sum(1) for a, e in groups]), rtol=1e-12, atol=0)
+        b = torch.tensor(beta, dtype=torch.float64, requires_grad=True)
+        ce = torch.nn.functional.cross_entropy(z * b, y)
+        ce.backward()
+        assert terms.ce[0] == pytest.approx(ce.item(), rel=1e-13)
+        assert terms.ce[1] == pytest.approx(float(b.grad), rel=1e-10)
+
+
 def test_log_w_skips_the_clamp_only_where_it_changes_nothing():
     """``Problem.log_w`` is ``-beta dd`` clamped at ``_MIN_U``, bit for bit, for betas whose largest
     ``beta dd`` lies just below, at and above the clamp (the pass is skipped only below it)."""
