@@ -321,8 +321,9 @@ def _point_sums(t: Terms, p: _AtPoint, g: float, upper: bool) -> tuple[torch.Ten
 class _Rows:
     """One box's pieces of :func:`row_bounds`, per row: the ends of the log row factor, the group
     sums' lower (and, for the ECE criteria, upper) bounds ``(groups, rows)`` and, for the NLL, the
-    upper end of ``log(h(q_y) / h(q_t))`` and the lower ends of ``h^gamma(q)/q`` over each group
-    (``h_lo``, for :func:`_split_lower`)."""
+    upper end of ``log(h(q_y) / h(q_t))`` and, for :func:`_split_lower`, the lower ends of
+    ``h^gamma(q)/q`` over each group (``h_lo``), of ``log(1 / H(q_t))`` (``lo_t``) and the upper end
+    of ``log(H(q_y) / H(q_t))`` (``hy_hi``), with ``H = h^gamma(q)/q``."""
 
     row_lo: torch.Tensor
     row_hi: torch.Tensor
@@ -330,6 +331,8 @@ class _Rows:
     s_hi: torch.Tensor | None
     lry_hi: torch.Tensor | None
     h_lo: torch.Tensor | None = None
+    lo_t: torch.Tensor | None = None
+    hy_hi: torch.Tensor | None = None
 
 
 def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float], nll: bool) -> list[_Rows]:
@@ -346,13 +349,17 @@ def _rows(prob: Problem, a: Terms, b: Terms, g_lo: list[float], g_hi: list[float
         ends_y = _q_ends(a.c1 + prob.ddy * -a.beta - b.sp, b.c1 + uy_b - a.sp)
     out = []
     for gl, gh in zip(g_lo, g_hi):
-        # row factor (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t decreases with T
-        row_lo = a.c1 + gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
-        row_hi = b.c1 + gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
+        # row factor 1 / H(q_t) = (1 - q_t)^gamma (1 + gamma r_t): log(1 - q_t) increases, r_t
+        # decreases with T
+        lo_t = gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
+        hi_t = gl * (b.lu if gl >= 0 else a.lu) + torch.log(1 + gh * (a.r if gh >= 0 else b.r))
+        row_lo, row_hi = a.c1 + lo_t, b.c1 + hi_t
         h_lo = _g_min(ends, gl, gh)
-        out.append(_Rows(row_lo, row_hi, h_lo * a.ws, None if nll else _g_max(ends, gl, gh).mul_(b.ws),
-                         row_hi + uy_b + torch.log(_g_max(ends_y, gl, gh)) if nll else None,
-                         h_lo if nll else None))
+        if not nll:
+            out.append(_Rows(row_lo, row_hi, h_lo.mul_(a.ws), _g_max(ends, gl, gh).mul_(b.ws), None))
+            continue
+        hy_hi = hi_t + torch.log(_g_max(ends_y, gl, gh))
+        out.append(_Rows(row_lo, row_hi, h_lo * a.ws, None, b.c1 + uy_b + hy_hi, h_lo, lo_t, hy_hi))
     return out
 
 
@@ -381,10 +388,9 @@ def _log_rho_bounds(prob: Problem, rows: list[_Rows], nll: bool) -> tuple[torch.
     return lo_all, (torch.full_like(lo_all, math.inf) if nll else torch.stack(out_hi))
 
 
-def _split_lower(prob: Problem, a: Terms, b: Terms, rows: list[_Rows], g_lo: list[float],
-                 g_hi: list[float]) -> np.ndarray:
+def _split_lower(prob: Problem, a: Terms, b: Terms, rows: list[_Rows]) -> np.ndarray:
     r"""Lower bounds of the mean NLL over boxes ``[g_lo, g_hi] x [T_a, T_b]`` of more than one
-    temperature, as cross-entropy plus the focal map's correction.
+    temperature (their :class:`_Rows`), as cross-entropy plus the focal map's correction.
 
     With :math:`H = h^\gamma(q)/q`, :math:`\rho = E m`, where :math:`m = \bar H / H(q_t)` and
     :math:`\bar H` is the ``w``-weighted mean of :math:`H(q_j)` over the non-top classes, so
@@ -398,19 +404,15 @@ def _split_lower(prob: Problem, a: Terms, b: Terms, rows: list[_Rows], g_lo: lis
     the box's width times ``gamma``, where :func:`row_bounds` loses one in the width alone.
     """
     ce = _ce_lower(a, b)
-    by = b.beta * (prob.d1 + prob.ddy)
-    zero = torch.zeros_like(by)
+    zero = torch.zeros_like(a.sp)
     le_a, le_b = a.lu + a.sp, b.lu + b.sp  # log E at the ends (E falls with beta)
     den = b.ws.sum(0)
     out = np.empty(len(rows))
-    for k, (r, gl, gh) in enumerate(zip(rows, g_lo, g_hi)):
-        # lower end of log(1 / H(q_t)) = gamma log(1 - q_t) + log(1 + gamma r_t) (row_lo without -beta delta_1)
-        lo_t = gh * (a.lu if gh >= 0 else b.lu) + torch.log(1 + gl * (b.r if gl >= 0 else a.r))
+    for k, r in enumerate(rows):
         h0 = r.h_lo.amin(0)
-        log_m = lo_t + torch.log(h0 + (r.h_lo - h0).mul_(a.ws).sum(0).div_(den))
+        log_m = r.lo_t + torch.log(h0 + (r.h_lo - h0).mul_(a.ws).sum(0).div_(den))
         le = torch.where(log_m >= 0, le_a, le_b)
-        # [y != t] log(H(q_y)/H(q_t)) <= lry_hi + beta_b delta_y (lry_hi includes -beta_b delta_y)
-        corr = torch.where(prob.correct, zero, r.lry_hi + by)
+        corr = torch.where(prob.correct, zero, r.hy_hi)  # [y != t] log(H(q_y)/H(q_t)), upper end
         out[k] = float((softplus(le + log_m) - softplus(le) - corr).mean())
     return ce + out
 
@@ -561,8 +563,7 @@ def box_bounds(prob: Problem, a: Terms, b: Terms, g_lo: torch.Tensor, g_hi: torc
     if nll and a is not b and a.ce is not None and b.ce is not None:  # where the first bound keeps the box
         split = np.arange(len(lb)) if cut is None else np.flatnonzero(lb <= cut)
         if len(split):
-            lb[split] = np.maximum(lb[split], _split_lower(prob, a, b, [rows[k] for k in split],
-                                                           [gl[k] for k in split], [gh[k] for k in split]))
+            lb[split] = np.maximum(lb[split], _split_lower(prob, a, b, [rows[k] for k in split]))
     if a is b:  # the second pass starts from the first one's pieces
         again = np.flatnonzero((np.array(gl) == np.array(gh)) & (True if cut is None else lb <= cut))
         if len(again):
